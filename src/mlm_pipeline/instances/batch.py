@@ -1,0 +1,212 @@
+"""The in-memory form of training instances: ragged (CSR) numpy arrays.
+
+Every builder (BERT NSP, reference, packed, tokens-only) produces an ``InstanceBatch``, the masker
+fills its masked-LM fields, and every writer consumes it. Rows are stored back to back in flat
+arrays with an ``offsets`` array (like an Arrow ``ListArray``), so a batch of thousands of
+instances is a handful of numpy arrays and no Python object per instance or per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def ranges_to_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenate ``arange(s, s + n)`` for every (s, n) pair, vectorised.
+
+    The classic "many small ranges to one gather index" trick: repeat each start shifted by the
+    running total of lengths, then add a global arange.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    cum = np.cumsum(lengths) - lengths
+    return np.repeat(starts - cum, lengths) + np.arange(total, dtype=np.int64)
+
+
+def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+@dataclass
+class InstanceBatch:
+    """A batch of instances in ragged layout.
+
+    ``input_ids[offsets[i]:offsets[i+1]]`` are the (unpadded) tokens of instance ``i`` with their
+    ``segment_ids``. ``masked_lm_positions[masked_offsets[i]:masked_offsets[i+1]]`` are its masked
+    positions (ascending) and ``masked_lm_ids`` the original token at each. ``input_ids`` already
+    holds the corrupted tokens (``[MASK]``, random or kept). ``next_sentence_labels`` is 1 when
+    segment B is a random next segment (Google's convention), 0 when it is the actual next; it is
+    ``None`` for objectives without NSP. An unmasked batch has empty masked arrays and
+    ``masked_offsets`` of zeros.
+    """
+
+    input_ids: np.ndarray  # int32 [total_tokens]
+    segment_ids: np.ndarray  # int8 [total_tokens]
+    offsets: np.ndarray  # int64 [n + 1]
+    masked_lm_positions: np.ndarray  # int32 [total_masked]
+    masked_lm_ids: np.ndarray  # int32 [total_masked]
+    masked_offsets: np.ndarray  # int64 [n + 1]
+    next_sentence_labels: np.ndarray | None  # int8 [n] or None
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def masked_counts(self) -> np.ndarray:
+        return np.diff(self.masked_offsets)
+
+    @classmethod
+    def empty(cls, *, with_nsp: bool = True) -> "InstanceBatch":
+        return cls(
+            input_ids=np.zeros(0, np.int32),
+            segment_ids=np.zeros(0, np.int8),
+            offsets=np.zeros(1, np.int64),
+            masked_lm_positions=np.zeros(0, np.int32),
+            masked_lm_ids=np.zeros(0, np.int32),
+            masked_offsets=np.zeros(1, np.int64),
+            next_sentence_labels=np.zeros(0, np.int8) if with_nsp else None,
+        )
+
+    def row(self, i: int) -> dict:
+        """One instance as plain Python lists (for inspection and tests, not the hot path)."""
+        s, e = self.offsets[i], self.offsets[i + 1]
+        ms, me = self.masked_offsets[i], self.masked_offsets[i + 1]
+        out = {
+            "input_ids": self.input_ids[s:e].tolist(),
+            "segment_ids": self.segment_ids[s:e].tolist(),
+            "masked_lm_positions": self.masked_lm_positions[ms:me].tolist(),
+            "masked_lm_ids": self.masked_lm_ids[ms:me].tolist(),
+        }
+        if self.next_sentence_labels is not None:
+            out["next_sentence_label"] = int(self.next_sentence_labels[i])
+        return out
+
+    def take(self, order: np.ndarray) -> "InstanceBatch":
+        """Rows in the given order (used to shuffle instances within a task)."""
+        order = np.asarray(order, dtype=np.int64)
+        lens = self.lengths[order]
+        idx = ranges_to_indices(self.offsets[:-1][order], lens)
+        mlens = self.masked_counts[order]
+        midx = ranges_to_indices(self.masked_offsets[:-1][order], mlens)
+        return InstanceBatch(
+            input_ids=self.input_ids[idx],
+            segment_ids=self.segment_ids[idx],
+            offsets=lengths_to_offsets(lens),
+            masked_lm_positions=self.masked_lm_positions[midx],
+            masked_lm_ids=self.masked_lm_ids[midx],
+            masked_offsets=lengths_to_offsets(mlens),
+            next_sentence_labels=None
+            if self.next_sentence_labels is None
+            else self.next_sentence_labels[order],
+        )
+
+    def slice(self, start: int, stop: int) -> "InstanceBatch":
+        """Rows ``start:stop`` (used to cut a task's output into shards)."""
+        s, e = int(self.offsets[start]), int(self.offsets[stop])
+        ms, me = int(self.masked_offsets[start]), int(self.masked_offsets[stop])
+        return InstanceBatch(
+            input_ids=self.input_ids[s:e],
+            segment_ids=self.segment_ids[s:e],
+            offsets=self.offsets[start : stop + 1] - s,
+            masked_lm_positions=self.masked_lm_positions[ms:me],
+            masked_lm_ids=self.masked_lm_ids[ms:me],
+            masked_offsets=self.masked_offsets[start : stop + 1] - ms,
+            next_sentence_labels=None
+            if self.next_sentence_labels is None
+            else self.next_sentence_labels[start:stop],
+        )
+
+    @staticmethod
+    def concat(batches: list["InstanceBatch"]) -> "InstanceBatch":
+        if not batches:
+            return InstanceBatch.empty()
+        if len(batches) == 1:
+            return batches[0]
+        lens = np.concatenate([b.lengths for b in batches])
+        mlens = np.concatenate([b.masked_counts for b in batches])
+        nsp = (
+            None
+            if batches[0].next_sentence_labels is None
+            else np.concatenate([b.next_sentence_labels for b in batches])
+        )
+        return InstanceBatch(
+            input_ids=np.concatenate([b.input_ids for b in batches]),
+            segment_ids=np.concatenate([b.segment_ids for b in batches]),
+            offsets=lengths_to_offsets(lens),
+            masked_lm_positions=np.concatenate([b.masked_lm_positions for b in batches]),
+            masked_lm_ids=np.concatenate([b.masked_lm_ids for b in batches]),
+            masked_offsets=lengths_to_offsets(mlens),
+            next_sentence_labels=nsp,
+        )
+
+    def padded(self, max_seq_length: int, max_predictions: int) -> dict[str, np.ndarray]:
+        """The batch as fixed-size 2-D arrays in the layout of BERT's ``run_pretraining.py``."""
+        n = len(self)
+        lens = self.lengths
+        if n and int(lens.max()) > max_seq_length:
+            raise ValueError(f"instance of length {int(lens.max())} exceeds max_seq_length {max_seq_length}")
+        mcounts = self.masked_counts
+        if n and int(mcounts.max()) > max_predictions:
+            raise ValueError(
+                f"instance with {int(mcounts.max())} masked positions exceeds max_predictions {max_predictions}"
+            )
+        rows = np.repeat(np.arange(n), lens)
+        cols = np.arange(len(self.input_ids)) - np.repeat(self.offsets[:-1], lens)
+        input_ids = np.zeros((n, max_seq_length), np.int64)
+        input_ids[rows, cols] = self.input_ids
+        segment_ids = np.zeros((n, max_seq_length), np.int64)
+        segment_ids[rows, cols] = self.segment_ids
+        input_mask = (np.arange(max_seq_length)[None, :] < lens[:, None]).astype(np.int64)
+        mrows = np.repeat(np.arange(n), mcounts)
+        mcols = np.arange(len(self.masked_lm_ids)) - np.repeat(self.masked_offsets[:-1], mcounts)
+        positions = np.zeros((n, max_predictions), np.int64)
+        positions[mrows, mcols] = self.masked_lm_positions
+        ids = np.zeros((n, max_predictions), np.int64)
+        ids[mrows, mcols] = self.masked_lm_ids
+        weights = (np.arange(max_predictions)[None, :] < mcounts[:, None]).astype(np.float32)
+        nsp = (
+            np.zeros((n, 1), np.int64)
+            if self.next_sentence_labels is None
+            else self.next_sentence_labels.astype(np.int64).reshape(n, 1)
+        )
+        return {
+            "input_ids": input_ids,
+            "input_mask": input_mask,
+            "segment_ids": segment_ids,
+            "masked_lm_positions": positions,
+            "masked_lm_ids": ids,
+            "masked_lm_weights": weights,
+            "next_sentence_labels": nsp,
+        }
+
+    @classmethod
+    def from_padded(cls, features: dict[str, np.ndarray]) -> "InstanceBatch":
+        """Inverse of :meth:`padded` (readers of TFRecord shards use it)."""
+        input_mask = np.asarray(features["input_mask"])
+        lens = input_mask.sum(axis=1).astype(np.int64)
+        keep = np.asarray(input_mask, bool)
+        weights = np.asarray(features["masked_lm_weights"]) > 0
+        mlens = weights.sum(axis=1).astype(np.int64)
+        nsp = features.get("next_sentence_labels")
+        return cls(
+            input_ids=np.asarray(features["input_ids"])[keep].astype(np.int32),
+            segment_ids=np.asarray(features["segment_ids"])[keep].astype(np.int8),
+            offsets=lengths_to_offsets(lens),
+            masked_lm_positions=np.asarray(features["masked_lm_positions"])[weights].astype(np.int32),
+            masked_lm_ids=np.asarray(features["masked_lm_ids"])[weights].astype(np.int32),
+            masked_offsets=lengths_to_offsets(mlens),
+            next_sentence_labels=None
+            if nsp is None
+            else np.asarray(nsp).reshape(-1).astype(np.int8),
+        )

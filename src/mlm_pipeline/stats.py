@@ -1,0 +1,47 @@
+"""Counters a task reports and the manifest sums: nothing read is lost without a count."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReadStats:
+    """What a reader saw. ``documents_skipped`` maps a reason to a count.
+
+    Reasons used by the readers: ``empty`` (a document with no text), ``invalid_utf8`` (with
+    ``--on-decode-error skip``), ``binary`` (NUL bytes), ``line_too_long`` (a line over
+    ``--max-line-bytes``), ``bad_record`` (JSONL line that is not a JSON object, or a record
+    without the text field), ``no_tokens`` (every sentence tokenised to nothing).
+    """
+
+    documents_read: int = 0
+    sentences: int = 0
+    bytes_read: int = 0
+    documents_skipped: Counter = field(default_factory=Counter)
+    documents_with_replaced_bytes: int = 0
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.documents_skipped[reason] += n
+
+    def to_dict(self) -> dict:
+        return {
+            "documents_read": self.documents_read,
+            "sentences": self.sentences,
+            "bytes_read": self.bytes_read,
+            "documents_skipped": dict(sorted(self.documents_skipped.items())),
+            "documents_with_replaced_bytes": self.documents_with_replaced_bytes,
+        }
+
+
+def merge_counts(dicts: list[dict]) -> dict:
+    """Sum nested count dictionaries (per-task stats into run totals)."""
+    out: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out[k] = merge_counts([out.get(k, {}), v])
+            elif isinstance(v, (int, float)):
+                out[k] = out.get(k, 0) + v
+    return out
