@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Create ./.venv and install mlm-pipeline into it.
+#   scripts/setup.sh core   the pipeline only (what `prepare` needs)
+#   scripts/setup.sh all    everything the tests need: torch (CPU build, installed first so nothing
+#                           pulls a CUDA build), ray, s3fs, moto, seaweedfs, transformers, lightning,
+#                           tensorflow-cpu (for the TFRecord compatibility test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-core}"
+PY="${PYTHON:-python3}"
+
+if ! command -v uv >/dev/null 2>&1; then
+  "$PY" -m pip install --quiet uv || true
+fi
+if command -v uv >/dev/null 2>&1; then
+  [ -x .venv/bin/python ] || uv venv --quiet --python "$PY" .venv
+  install() { uv pip install --quiet --python .venv/bin/python "$@"; }
+else
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  install() { .venv/bin/python -m pip install --quiet "$@"; }
+fi
+
+if [ "$what" = "all" ]; then
+  # torch first: the local CPU wheel; any other torch spec would pull gigabytes of CUDA packages
+  if [ -n "${PIP_FIND_LINKS:-}" ] && command -v uv >/dev/null 2>&1; then
+    install --find-links "$PIP_FIND_LINKS" "torch==2.13.0+cpu"
+  elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    .venv/bin/python -m pip install --quiet "torch==2.13.0"
+  fi
+  TORCH_VERSION=$(.venv/bin/python -c "import torch; print(torch.__version__)")
+  echo "torch==${TORCH_VERSION}" > .venv/torch-constraint.txt
+  install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu
+else
+  install -e .
+fi
+echo "setup ($what) done: $(.venv/bin/python --version), $(.venv/bin/mlm-pipeline --version)"

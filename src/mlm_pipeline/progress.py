@@ -1,0 +1,97 @@
+"""Progress of long runs: a live bar on a terminal, plain periodic log lines otherwise."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress as RichProgress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+
+class Progress:
+    """Counts input bytes, documents and tokens; shows them as a bar or as log lines."""
+
+    def __init__(self, *, total_bytes: int, total_tasks: int, enabled: bool, stream, interval: float = 10.0):
+        self.total_bytes = max(1, total_bytes)
+        self.total_tasks = total_tasks
+        self.enabled = enabled
+        self.stream = stream
+        self.interval = interval
+        self.bytes = self.documents = self.tokens = self.tasks = 0
+        self.start = time.time()
+        self._last_line = self.start
+        self._console = Console(file=stream)
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "Progress":
+        if self.enabled and self._console.is_terminal:
+            self._bar = RichProgress(
+                TextColumn("[bold]prepare"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("{task.fields[docs]:,} docs  {task.fields[tps]:,.0f} tok/s  tasks {task.fields[tasks]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("prepare", total=self.total_bytes, docs=0, tps=0.0, tasks=self._tasks_text())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        elif self.enabled and self.total_tasks:
+            self._line(final=True)
+
+    def _tasks_text(self) -> str:
+        return f"{self.tasks}/{self.total_tasks}"
+
+    def update(self, delta: dict) -> None:
+        self.bytes += int(delta.get("bytes", 0))
+        self.documents += int(delta.get("documents", 0))
+        self.tokens += int(delta.get("tokens", 0))
+        self._refresh()
+
+    def task_done(self, marker: dict) -> None:
+        self.tasks += 1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if not self.enabled:
+            return
+        elapsed = max(1e-9, time.time() - self.start)
+        if self._bar is not None:
+            self._bar.update(
+                self._task,
+                completed=min(self.bytes, self.total_bytes),
+                docs=self.documents,
+                tps=self.tokens / elapsed,
+                tasks=self._tasks_text(),
+            )
+        elif time.time() - self._last_line >= self.interval:
+            self._line()
+
+    def _line(self, final: bool = False) -> None:
+        elapsed = max(1e-9, time.time() - self.start)
+        frac = min(1.0, self.bytes / self.total_bytes)
+        eta = (elapsed / frac - elapsed) if frac > 0 else float("nan")
+        print(
+            f"prepare: {frac:6.1%} {self.bytes / 1e6:,.1f}/{self.total_bytes / 1e6:,.1f} MB, "
+            f"{self.documents:,} docs, {self.tokens / elapsed:,.0f} tokens/s, tasks {self._tasks_text()}, "
+            + ("done" if final else f"ETA {eta:,.0f}s"),
+            file=self.stream,
+            flush=True,
+        )
+        self._last_line = time.time()

@@ -1,0 +1,82 @@
+"""Human-readable summaries of a manifest: what was read, skipped and produced."""
+
+from __future__ import annotations
+
+
+def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
+    if not hist:
+        return ["    (none)"]
+    items = sorted((int(k), int(v)) for k, v in hist.items())
+    lo, hi = items[0][0], items[-1][0]
+    step = max(1, -(-(hi - lo + 1) // bins))
+    buckets: dict[int, int] = {}
+    for k, v in items:
+        b = lo + (k - lo) // step * step
+        buckets[b] = buckets.get(b, 0) + v
+    top = max(buckets.values())
+    total = sum(buckets.values())
+    return [
+        f"    {b:>5}-{b + step - 1:<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
+        for b, v in sorted(buckets.items())
+    ]
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "n/a"
+
+
+def render_summary(manifest: dict, output: str) -> str:
+    t = manifest["totals"]
+    skipped = t.get("documents_skipped", {})
+    skipped_text = ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())) or "none"
+    files_skipped = t.get("files_skipped", {})
+    lines = [
+        f"wrote {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
+        f"{t.get('bytes_written', 0) / 1e6:,.1f} MB -> {output}",
+        f"  documents read {t.get('documents_read', 0):,}; skipped: {skipped_text}",
+        f"  sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}, "
+        f"masked tokens {t.get('masked_tokens', 0):,}",
+    ]
+    if files_skipped:
+        lines.append("  files skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(files_skipped.items())))
+    lines.append(f"  details: mlm-pipeline report {output}; examples: mlm-pipeline inspect {output}")
+    return "\n".join(lines)
+
+
+def render_report(manifest: dict) -> str:
+    t = manifest["totals"]
+    masked = t.get("masked_tokens", 0)
+    inst = t.get("instances", 0)
+    lines = [
+        f"mlm-pipeline {manifest.get('version')}  format {manifest.get('format')}  "
+        f"objective {manifest.get('objective')}{'  (reference mode)' if manifest.get('reference_mode') else ''}",
+        f"tokenizer fingerprint {manifest.get('tokenizer_fingerprint', '')[:16]}",
+        "",
+        "input",
+        f"  files {len(manifest.get('inputs', []))}, skipped files {len(manifest.get('skipped_files', []))}, "
+        f"bytes read {t.get('bytes_read', 0):,}",
+        f"  documents read {t.get('documents_read', 0):,}, sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}",
+    ]
+    for reason, count in sorted(t.get("documents_skipped", {}).items()):
+        lines.append(f"  skipped documents ({reason}): {count:,}")
+    if t.get("documents_with_replaced_bytes"):
+        lines.append(f"  documents with invalid UTF-8 replaced: {t['documents_with_replaced_bytes']:,}")
+    lines += [
+        "",
+        "output",
+        f"  instances {inst:,} in {t.get('shards', 0)} shards ({t.get('bytes_written', 0):,} bytes)",
+        f"  random-next (NSP label 1): {t.get('random_next', 0):,} ({_share(t.get('random_next', 0), inst)})",
+        f"  documents with a short target length: {t.get('short_target_documents', 0):,}; "
+        f"truncated pairs {t.get('truncated_pairs', 0):,}",
+        f"  masked tokens {masked:,} ({masked / max(1, inst):.2f} per instance): "
+        f"[MASK] {_share(t.get('masked_as_mask_token', 0), masked)}, "
+        f"random {_share(t.get('masked_as_random_token', 0), masked)}, "
+        f"kept {_share(t.get('masked_kept', 0), masked)}",
+        "",
+        "instance length (tokens incl. [CLS]/[SEP])",
+        *_hist_lines(t.get("instance_length_histogram", {})),
+        "",
+        "masked positions per instance",
+        *_hist_lines(t.get("masked_per_instance_histogram", {})),
+    ]
+    return "\n".join(lines)

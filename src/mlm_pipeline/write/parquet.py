@@ -1,0 +1,98 @@
+"""Parquet shards: the same columns as the TFRecord features, unpadded.
+
+The ragged ``InstanceBatch`` arrays map zero-copy onto Arrow ``ListArray`` (values + offsets), so
+a block of instances becomes a table without touching single instances.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mlm_pipeline.instances.batch import InstanceBatch
+
+SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.int32())),
+        ("input_mask", pa.list_(pa.int32())),
+        ("segment_ids", pa.list_(pa.int32())),
+        ("masked_lm_positions", pa.list_(pa.int32())),
+        ("masked_lm_ids", pa.list_(pa.int32())),
+        ("masked_lm_weights", pa.list_(pa.float32())),
+        ("next_sentence_labels", pa.int32()),
+    ]
+)
+
+
+def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=typ))
+
+
+def batch_to_table(batch: InstanceBatch) -> pa.Table:
+    n_tok = len(batch.input_ids)
+    n_mask = len(batch.masked_lm_ids)
+    nsp = (
+        np.full(len(batch), -1, np.int32)
+        if batch.next_sentence_labels is None
+        else batch.next_sentence_labels.astype(np.int32)
+    )
+    return pa.Table.from_arrays(
+        [
+            _list(batch.input_ids.astype(np.int32, copy=False), batch.offsets, pa.int32()),
+            _list(np.ones(n_tok, np.int32), batch.offsets, pa.int32()),
+            _list(batch.segment_ids.astype(np.int32), batch.offsets, pa.int32()),
+            _list(batch.masked_lm_positions.astype(np.int32, copy=False), batch.masked_offsets, pa.int32()),
+            _list(batch.masked_lm_ids.astype(np.int32, copy=False), batch.masked_offsets, pa.int32()),
+            _list(np.ones(n_mask, np.float32), batch.masked_offsets, pa.float32()),
+            pa.array(nsp, pa.int32()),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    arr = col.combine_chunks()
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy()
+    return values[offsets[0] : offsets[-1]], offsets - offsets[0]
+
+
+def table_to_batch(table: pa.Table) -> InstanceBatch:
+    ids, offsets = _flat(table.column("input_ids"))
+    seg, _ = _flat(table.column("segment_ids"))
+    pos, moff = _flat(table.column("masked_lm_positions"))
+    mids, _ = _flat(table.column("masked_lm_ids"))
+    nsp = table.column("next_sentence_labels").to_numpy()
+    return InstanceBatch(
+        input_ids=ids.astype(np.int32),
+        segment_ids=seg.astype(np.int8),
+        offsets=offsets,
+        masked_lm_positions=pos.astype(np.int32),
+        masked_lm_ids=mids.astype(np.int32),
+        masked_offsets=moff,
+        next_sentence_labels=None if (len(nsp) and nsp.min() < 0) else nsp.astype(np.int8),
+    )
+
+
+class ParquetShardWriter:
+    """Appends blocks as row groups to one local Parquet file."""
+
+    extension = "parquet"
+
+    def __init__(self, path: str, **_: object):
+        self._writer = pq.ParquetWriter(path, SCHEMA, compression="zstd")
+
+    def write(self, batch: InstanceBatch) -> None:
+        if len(batch):
+            self._writer.write_table(batch_to_table(batch))
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def read_parquet(url: str) -> InstanceBatch:
+    from mlm_pipeline.fs import open_url
+
+    with open_url(url) as f:
+        return table_to_batch(pq.read_table(f))

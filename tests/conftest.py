@@ -1,0 +1,52 @@
+"""Shared fixtures: paths to the bundled real data and a loaded tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample"
+DATA = REPO / "tests" / "data"
+VOCAB = SAMPLE / "bert-base-uncased-vocab.txt"
+SAMPLE_TEXT = SAMPLE / "sample_text.txt"
+WIKITEXT = SAMPLE / "wikitext2-train-1MB.txt"
+WIKIEXTRACTOR = SAMPLE / "wikiextractor-AA.txt"
+GOLDEN = DATA / "golden"
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from mlm_pipeline.tokenize import load_tokenizer
+
+    return load_tokenizer(str(VOCAB), True)
+
+
+def bert_text_documents(path: Path, limit: int | None = None) -> list[list[str]]:
+    """Documents of a Google-format text file (blank line = boundary), parsed plainly for tests."""
+    docs: list[list[str]] = [[]]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                if docs[-1]:
+                    docs.append([])
+            else:
+                docs[-1].append(line)
+            if limit and len(docs) > limit:
+                break
+    return [d for d in docs if d][:limit]
+
+
+@pytest.fixture(scope="session")
+def wikitext_docs(tok):
+    from mlm_pipeline.stats import ReadStats
+    from mlm_pipeline.task import tokenize_documents
+
+    return tokenize_documents(bert_text_documents(WIKITEXT), tok, ReadStats())
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
