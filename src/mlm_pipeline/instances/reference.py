@@ -22,20 +22,27 @@ Reading follows TensorFlow's ``GFile.readline`` and the reference's tokenizer, n
 lines end at ``\\n`` only and every ``\\r`` is dropped (TF's line reader skips them, even inside
 a line); bytes are decoded as UTF-8 with invalid bytes ignored; literal ``[SEP]``/``[MASK]``...
 in the text are split like any other text (the Google tokenizer has no special-token matching);
-words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's default is 100).
+words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's default is 100);
+a word-final capital sigma lower-cases to ``ς`` (Python's ``str.lower``, which Google uses).
 
 What it costs
 -------------
-Like the reference it holds the whole file's tokenized documents in memory (random-next segments
-come from anywhere in the file) and runs on one core; the random-call sequence is inherently
-sequential. Measured on the 1 MB wikitext file (``sample/wikitext2-train-1MB.txt``, 2-core VM):
-see the figures in ``README``-style note below, kept next to the code they describe.
+Like the reference it holds the whole file's tokenized documents in memory (a random-next segment
+can come from anywhere in the file) and runs on one core: the random-call sequence is inherently
+sequential. Measured on ``sample/wikitext2-train-1MB.txt`` (1.0 MB, 2-core VM, Python 3.11,
+tokenizers 0.23, tokenizer already loaded), read + tokenize + build:
 
-    dupe 2, seq 128:           ~0.9 MB/s end to end (tokenize ~0.35 s, build ~0.75 s),
-    whole-word, seq 512, d 1:  ~1.6 MB/s end to end
-    peak memory: ~40 MB of RSS growth per MB of input (Python lists of the lines and documents
-    during tokenization dominate), so reference mode is for checking, not for large corpora:
-    the sharded BERT builder is the production path.
+    dupe 2, seq 128 (3,795 instances):             0.39-0.48 s, ~2-2.5 MB/s
+                                                   (tokenize 0.27-0.35 s, build 0.12-0.13 s)
+    whole-word, seq 512, dupe 1 (1,462 instances): 0.37-0.65 s, ~1.5-2.7 MB/s
+                                                   (tokenize 0.26-0.48 s, build 0.10-0.18 s)
+    (ranges over runs on a VM shared with other jobs)
+    peak RSS growth: ~21-25 MB per MB of input, mostly the HF ``Encoding`` objects of the one
+    batched tokenizer call; the built instances themselves are a few MB.
+
+Building scales with ``dupe_factor`` (~30 us per instance); memory with the input file. Reference
+mode is for reproducing and checking, not for big corpora: the sharded BERT builder is the
+production path.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import unicodedata
 from bisect import bisect_left
 from typing import Callable, Iterable, Sequence
 
@@ -93,21 +101,39 @@ def read_reference_documents(lines: Iterable[str]) -> list[list[str]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _literal_tokenizer(serialized: str) -> Tokenizer:
-    """The same tokenizer without added-token matching, with Google's 200-character word limit.
+def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[Tokenizer, bool]:
+    """The same tokenizer made to split like Google's, and whether it lower-cases.
 
-    HF matches ``[SEP]``, ``[MASK]``... in the raw text as single tokens; Google's BasicTokenizer
-    has no such rule and splits them into ``[``, ``sep``, ``]``.
+    Two changes: no added-token matching (HF matches ``[SEP]``, ``[MASK]``... in the raw text as
+    single tokens; Google's BasicTokenizer splits them into ``[``, ``sep``, ``]``) and Google's
+    200-character word limit instead of HF's 100.
     """
-    spec = json.loads(serialized)
+    spec = json.loads(tokenizer.tokenizer.to_str())
     spec["added_tokens"] = []
     model = spec.get("model") or {}
     if model.get("type") == "WordPiece":
         model["max_input_chars_per_word"] = REFERENCE_MAX_INPUT_CHARS_PER_WORD
+    normalizer = spec.get("normalizer") or {}
+    lowercases = normalizer.get("type") == "BertNormalizer" and bool(normalizer.get("lowercase"))
     tok = Tokenizer.from_str(json.dumps(spec))
     tok.no_truncation()
     tok.no_padding()
-    return tok
+    return tok, lowercases
+
+
+def _google_lower(text: str) -> str:
+    """Lower-case like Google's BasicTokenizer: Python's ``str.lower`` after its text cleaning.
+
+    Only needed where the two lower-casings differ: Python turns a word-final capital sigma into
+    ``ς``, HF's per-character lower-casing always gives ``σ``. The characters Google's cleaning
+    removes (NUL, U+FFFD, control and format characters) are removed first because they change
+    what counts as word-final; HF would remove them anyway.
+    """
+    return "".join(
+        c
+        for c in text
+        if not (c == "\ufffd" or (c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf")))
+    ).lower()
 
 
 def tokenize_reference_documents(
@@ -120,7 +146,9 @@ def tokenize_reference_documents(
     sentences = [s for doc in documents for s in doc]
     if not sentences:
         return []
-    tok = _literal_tokenizer(tokenizer.tokenizer.to_str())
+    tok, lowercases = _reference_tokenizer(tokenizer)
+    if lowercases:
+        sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
     encodings = tok.encode_batch_fast(sentences, add_special_tokens=False)
     id_lists = [e.ids for e in encodings]
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
@@ -552,7 +580,7 @@ def describe_first_difference(
         e = np.asarray(expected[name][i]).reshape(-1)
         if (a != e).any():
             col = int(np.argmax(a != e))
-            lines.append(f"  feature {name} differs, first at column {col}: actual {a[col]!r}, expected {e[col]!r}")
+            lines.append(f"  feature {name} differs, first at column {col}: actual {a[col].item()!r}, expected {e[col].item()!r}")
     lines.append("actual:")
     lines.append(decode_padded_instance(actual, i, convert_ids_to_tokens))
     lines.append("expected:")
