@@ -173,9 +173,14 @@ def reference_continuation_table(tokens: Sequence[str]) -> np.ndarray:
 
 
 def _vocab_strings(tokenizer: TextTokenizer) -> list[str]:
+    """Vocab strings by id; ids must be 0..n-1 without gaps, as the reference's line numbers."""
     vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
-    size = tokenizer.vocab_size
-    strings = [""] * size
+    if len(vocab) != max(vocab.values(), default=-1) + 1:
+        raise ValueError(
+            f"tokenizer {tokenizer.path}: {len(vocab)} vocab entries for ids up to {max(vocab.values())}; "
+            "reference mode needs a vocab without duplicate entries (id = line number in vocab.txt)"
+        )
+    strings = [""] * len(vocab)
     for t, i in vocab.items():
         strings[i] = t
     return strings
@@ -355,46 +360,39 @@ def create_reference_instances(
                     num_to_predict = min(
                         max_predictions_per_seq, max(1, int(round((la + lb + 3) * masked_lm_prob)))
                     )
+                    # Which candidates get masked uses no random numbers beyond the shuffle, so
+                    # choose them first, then draw 80/10/10 for each in the order chosen.
                     n_cand = la + lb
                     if cont is None:
-                        perm = list(range(n_cand))
-                        shuffle(perm)
-                        for c in perm[:num_to_predict]:
-                            m_inst.append(inst)
-                            m_pos.append(c + 1 if c < la else c + 2)
-                            if rand() < 0.8:
-                                m_repl.append(mask_id)
-                            elif rand() < 0.5:
-                                m_repl.append(-1)
-                            else:
-                                m_repl.append(randint(0, vocab_size - 1))
+                        chosen = list(range(n_cand))
+                        shuffle(chosen)
+                        del chosen[num_to_predict:]
                     else:
-                        # A group starts at every candidate that is not a '##' piece, and at the
-                        # first; a '##' piece right after the middle [SEP] joins A's last group.
-                        starts_flag = np.concatenate((cont[a_s:a_e], cont[b_s:b_e]))
-                        starts_flag[0] = False
-                        g_start = np.flatnonzero(~starts_flag).tolist()
-                        g_start.append(n_cand)
-                        perm = list(range(len(g_start) - 1))
-                        shuffle(perm)
-                        n_masked = 0
-                        for g in perm:
-                            if n_masked >= num_to_predict:
+                        # A word starts at each candidate that is not a '##' piece, and at the
+                        # first; a '##' piece right after the middle [SEP] joins A's last word.
+                        piece_is_cont = np.concatenate((cont[a_s:a_e], cont[b_s:b_e]))
+                        piece_is_cont[0] = False
+                        w_start = np.flatnonzero(~piece_is_cont).tolist()
+                        w_start.append(n_cand)
+                        words = list(range(len(w_start) - 1))
+                        shuffle(words)
+                        chosen = []
+                        for w in words:
+                            if len(chosen) >= num_to_predict:
                                 break
-                            lo = g_start[g]
-                            hi = g_start[g + 1]
-                            if n_masked + hi - lo > num_to_predict:
-                                continue
-                            n_masked += hi - lo
-                            for c in range(lo, hi):
-                                m_inst.append(inst)
-                                m_pos.append(c + 1 if c < la else c + 2)
-                                if rand() < 0.8:
-                                    m_repl.append(mask_id)
-                                elif rand() < 0.5:
-                                    m_repl.append(-1)
-                                else:
-                                    m_repl.append(randint(0, vocab_size - 1))
+                            lo = w_start[w]
+                            hi = w_start[w + 1]
+                            if len(chosen) + hi - lo <= num_to_predict:
+                                chosen.extend(range(lo, hi))
+                    for c in chosen:
+                        m_inst.append(inst)
+                        m_pos.append(c + 1 if c < la else c + 2)
+                        if rand() < 0.8:
+                            m_repl.append(mask_id)
+                        elif rand() < 0.5:
+                            m_repl.append(-1)
+                        else:
+                            m_repl.append(randint(0, vocab_size - 1))
                     chunk_first = i + 1
                 i += 1
 
@@ -454,7 +452,7 @@ def _assemble(
     where = starts[m_inst] + m_pos
     masked_ids = input_ids[where]
     input_ids[where] = np.where(m_repl >= 0, m_repl, masked_ids)
-    masked_counts = np.bincount(m_inst, minlength=n) if n else np.zeros(0, np.int64)
+    masked_counts = np.bincount(m_inst, minlength=n)
     return InstanceBatch(
         input_ids=input_ids,
         segment_ids=segment_ids,
