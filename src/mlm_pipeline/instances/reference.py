@@ -32,10 +32,10 @@ can come from anywhere in the file) and runs on one core: the random-call sequen
 sequential. Measured on ``sample/wikitext2-train-1MB.txt`` (1.0 MB, 2-core VM, Python 3.11,
 tokenizers 0.23, tokenizer already loaded), read + tokenize + build:
 
-    dupe 2, seq 128 (3,795 instances):             0.39-0.48 s, ~2-2.5 MB/s
-                                                   (tokenize 0.27-0.35 s, build 0.12-0.13 s)
+    dupe 2, seq 128 (3,795 instances):             0.39-0.51 s, ~2-2.5 MB/s
+                                                   (tokenize 0.27-0.37 s, build 0.12-0.20 s)
     whole-word, seq 512, dupe 1 (1,462 instances): 0.37-0.65 s, ~1.5-2.7 MB/s
-                                                   (tokenize 0.26-0.48 s, build 0.10-0.18 s)
+                                                   (tokenize 0.26-0.48 s, build 0.10-0.19 s)
     (ranges over runs on a VM shared with other jobs)
     peak RSS growth: ~21-25 MB per MB of input, mostly the HF ``Encoding`` objects of the one
     batched tokenizer call; the built instances themselves are a few MB.
@@ -247,33 +247,26 @@ def create_reference_instances(
         masked_lm_prob=masked_lm_prob,
         max_predictions_per_seq=max_predictions_per_seq,
     )
+    # Per document the offsets of its sentence boundaries in one flat token array.
+    bounds: list[list[int]] = []
+    pos = 0
     for d, doc in enumerate(documents):
         if not len(doc):
             raise ValueError(f"document {d} is empty (the reference drops empty documents first)")
+        b = [pos]
         for s, sent in enumerate(doc):
             if not len(sent):
                 raise ValueError(f"sentence {s} of document {d} is empty (the reference drops those)")
-
-    rng = random.Random(random_seed)
-
-    # One flat token array; per document the token offset of each sentence boundary.
-    sentence_lengths = [len(s) for doc in documents for s in doc]
-    flat = (
-        np.concatenate([np.asarray(s, dtype=np.int32) for doc in documents for s in doc])
-        if sentence_lengths
-        else np.zeros(0, np.int32)
-    )
-    bounds: list[list[int]] = []
-    pos = 0
-    k = 0
-    for doc in documents:
-        b = [pos]
-        for _ in doc:
-            pos += sentence_lengths[k]
-            k += 1
+            pos += len(sent)
             b.append(pos)
         bounds.append(b)
+    flat = (
+        np.concatenate([np.asarray(s, dtype=np.int32) for doc in documents for s in doc])
+        if documents
+        else np.zeros(0, np.int32)
+    )
 
+    rng = random.Random(random_seed)
     # rng.shuffle's draws depend only on the length, so shuffling an index list is equivalent.
     order = list(range(len(documents)))
     rng.shuffle(order)
