@@ -120,38 +120,40 @@ def _process_block(
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
-                   block_stats: _BlockStats, sink: ShardSink, options: ReadOptions) -> None:
-    """Reference mode: one whole file, the reference algorithm and random stream."""
-    from mlm_pipeline.instances.reference import create_reference_instances
+                   block_stats: _BlockStats, sink: ShardSink) -> None:
+    """Reference mode: one whole file, the reference's parsing, algorithm and random stream."""
+    from mlm_pipeline.instances.reference import reference_instances_for_file
 
-    documents = [doc for piece in task.pieces for doc in iter_documents(piece, options, read_stats)]
-    docs = tokenize_documents(documents, tok, read_stats)
-    sent_off = docs.sentence_offsets
-    doc_off = docs.doc_offsets
-    token_docs = [
-        [docs.ids[sent_off[s] : sent_off[s + 1]] for s in range(doc_off[d], doc_off[d + 1])]
-        for d in range(len(docs.doc_sentences))
-    ]
-    batch = create_reference_instances(
-        token_docs,
-        vocab_size=tok.vocab_size,
-        cls_id=tok.special.cls,
-        sep_id=tok.special.sep,
-        mask_id=tok.special.mask,
-        is_continuation=tok.is_continuation,
+    (piece,) = task.pieces
+    batch = reference_instances_for_file(
+        piece.url,
+        tok,
         max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq,
+        masked_lm_prob=config.masked_lm_prob,
         dupe_factor=config.dupe_factor,
         short_seq_prob=config.short_seq_prob,
-        masked_lm_prob=config.masked_lm_prob,
-        max_predictions_per_seq=config.max_predictions_per_seq,
         do_whole_word_mask=config.do_whole_word_mask,
         random_seed=config.random_seed,
+        stats=read_stats,
     )
-    masked = int(len(batch.masked_lm_ids))
-    block_stats.add(batch, {"instances": len(batch)} | (
-        {"random_next": int(batch.next_sentence_labels.sum())} if batch.next_sentence_labels is not None else {}
-    ), {"masked_tokens": masked}, len(docs.ids))
+    pairs = {"instances": len(batch), "random_next": int(batch.next_sentence_labels.sum())}
+    block_stats.add(batch, pairs, _mask_counts(batch, tok.special.mask), int(batch.lengths.sum() - 3 * len(batch)))
     sink.write(batch)
+
+
+def _mask_counts(batch: InstanceBatch, mask_id: int) -> dict:
+    """Masking stats recovered from a masked batch (for builders that mask on their own)."""
+    rows = np.repeat(np.arange(len(batch)), batch.masked_counts)
+    shown = batch.input_ids[batch.offsets[rows] + batch.masked_lm_positions]
+    as_mask = shown == mask_id
+    kept = ~as_mask & (shown == batch.masked_lm_ids)
+    return {
+        "masked_tokens": int(len(shown)),
+        "masked_as_mask_token": int(as_mask.sum()),
+        "masked_as_random_token": int((~as_mask & ~kept).sum()),
+        "masked_kept": int(kept.sum()),
+    }
 
 
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
@@ -175,7 +177,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     )
     try:
         if config.reference:
-            _run_reference(task, config, tok, read_stats, block_stats, sink, options)
+            _run_reference(task, config, tok, read_stats, block_stats, sink)
         else:
             block: list[list[str]] = []
             block_chars = 0

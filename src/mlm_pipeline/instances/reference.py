@@ -54,10 +54,12 @@ import unicodedata
 from bisect import bisect_left
 from typing import Callable, Iterable, Sequence
 
+import fsspec
 import numpy as np
 from tokenizers import Tokenizer
 
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.stats import ReadStats
 from mlm_pipeline.tokenize import TextTokenizer
 
 # Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
@@ -468,19 +470,29 @@ def reference_instances_for_file(
     short_seq_prob: float = 0.1,
     do_whole_word_mask: bool = False,
     random_seed: int = 12345,
+    stats: ReadStats | None = None,
 ) -> InstanceBatch:
-    """Reference mode for one local file (defaults are the reference script's flag defaults).
+    """Reference mode for one file (local path or fsspec URL; ``.gz`` etc. decompressed).
+
+    Defaults are the reference script's flag defaults. ``stats``, if given, receives the counts
+    of bytes, documents and sentences read.
 
     The tokenizer must be the WordPiece vocab the reference used, with the same
     ``do_lower_case``; its vocab entries must be unique (then an id is its line in vocab.txt,
     as in the reference).
     """
-    with open(path, "rb") as f:
-        text = f.read().decode("utf-8", errors="ignore")
+    with fsspec.open(path, "rb", compression="infer") as f:
+        raw = f.read()
+    text = raw.decode("utf-8", errors="ignore")
     documents = tokenize_reference_documents(
         read_reference_documents(split_reference_lines(text)), tokenizer
     )
     del text
+    if stats is not None:
+        stats.bytes_read += len(raw)
+        stats.documents_read += len(documents)
+        stats.sentences += sum(len(d) for d in documents)
+    del raw
     vocab = _vocab_strings(tokenizer)
     return create_reference_instances(
         documents,
