@@ -142,107 +142,101 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _scatter_varints(out: np.ndarray, pos: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
-    """Write ``values[i]`` as a varint of ``sizes[i]`` bytes at ``out[pos[i]:]``, all at once.
+def _write_varints(out: np.ndarray, valid: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
+    """Write ``values`` (n, L) as varints into fixed-width slots ``out``/``valid`` (n, L, K).
 
-    One round per 7-bit group: the low group of every value still being written goes to its
-    position, with the continuation bit set where more groups follow; finished values drop out.
+    Group ``j`` of every value goes to byte ``j`` of its slot, with the continuation bit where the
+    value has more groups; slot bytes past a value's size are marked invalid (``valid`` False)
+    and vanish when the record rows are compacted. K rounds, each over all values at once.
     """
-    seven = np.uint64(7)
-    while pos.size:
-        more = sizes > 1
-        out[pos] = (values & np.uint64(0x7F)).astype(np.uint8) | (more.view(np.uint8) << np.uint8(7))
-        if not more.any():
-            return
-        pos, values, sizes = pos[more] + 1, values[more] >> seven, sizes[more] - np.uint8(1)
+    width = out.shape[2]
+    for j in range(width):
+        group = values >> values.dtype.type(7 * j) if j else values
+        byte = (group & values.dtype.type(0x7F)).astype(np.uint8)
+        if j + 1 < width:
+            byte |= (sizes > j + 1).view(np.uint8) << np.uint8(7)
+        out[:, :, j] = byte
+        if j:
+            valid[:, :, j] = sizes > j
 
 
 def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
-    """int64 two's complement as uint64 (protobuf ``int64``: negatives take 10 bytes)."""
+    """Values as the narrowest unsigned dtype holding their protobuf ``int64`` bit pattern.
+
+    Negatives become their uint64 two's complement (10-byte varints, as protobuf writes them).
+    """
     if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"feature {key!r}: value {int(a.max())} does not fit int64")
-    return a.astype(np.int64, copy=False).view(np.uint64)
+    a = a.astype(np.int64, copy=False)
+    if a.size and int(a.min()) >= 0:
+        top = int(a.max())
+        for dtype in (np.uint8, np.uint16, np.uint32):
+            if top <= np.iinfo(dtype).max:
+                return a.astype(dtype)
+    return a.view(np.uint64)
 
 
 # --------------------------------------------------------------------------------------------
 # Encoding
 
 
-class _Template:
-    """The pieces of one record, in order; each piece has a per-record size.
+class _Slots:
+    """The pieces of one record, in order, each given a fixed-width slot in every record's row.
 
-    kinds: ``const`` (same bytes in every record), ``varint`` (one per-record value), ``varints``
-    (a packed block of per-record values), ``raw`` (fixed-width per-record bytes).
+    A piece is constant bytes (the same in every record: tags, key strings), raw per-record bytes
+    of a fixed width (floats, one-byte values, the framing), or varints (a per-record length
+    prefix, or a packed block of values) whose slot is as wide as the longest encoding; the bytes
+    of a slot past a varint's actual size are marked invalid. Filling is column-wise over all
+    records; compacting the rows by the validity mask then gives the records back to back.
     """
 
     def __init__(self, n: int):
         self.n = n
-        self.kinds: list[str] = []
-        self.items: list = []
-        self.sizes: list = []  # int, or int array of shape (n,)
+        self.pieces: list[tuple[str, object, int]] = []  # (kind, data, width)
+
+    @property
+    def width(self) -> int:
+        return sum(w for _, _, w in self.pieces)
 
     def const(self, data: bytes) -> None:
-        if self.kinds and self.kinds[-1] == "const":
-            self.items[-1] += data
-            self.sizes[-1] += len(data)
-        else:
-            self._add("const", data, len(data))
+        if self.pieces and self.pieces[-1][0] == "const":
+            _, previous, _ = self.pieces.pop()
+            data = previous + data
+        self.pieces.append(("const", data, len(data)))
 
-    def varint(self, values: np.ndarray) -> None:
+    def raw(self, rows: np.ndarray) -> None:
+        """Fixed-width bytes (n, k), read when the rows are compacted."""
+        self.pieces.append(("raw", rows, rows.shape[1]))
+
+    def varints(self, values: np.ndarray, sizes: np.ndarray) -> None:
+        """Values (n, L) (unsigned) with their varint sizes (n, L)."""
+        widest = int(sizes.max()) if sizes.size else 1
+        self.pieces.append(("varints", (values, sizes, widest), values.shape[1] * widest))
+
+    def varint(self, values: np.ndarray) -> np.ndarray:
+        """One varint per record (a length prefix); returns its sizes."""
         values = values.astype(np.uint64)
         sizes = _varint_sizes(values)
-        self._add("varint", (values, sizes), sizes.astype(np.int64))
+        self.varints(values[:, None], sizes[:, None])
+        return sizes
 
-    def varints(self, values: np.ndarray, sizes: np.ndarray, total: np.ndarray) -> None:
-        self._add("varints", (values, sizes), total)
-
-    def raw(self, rows: np.ndarray) -> int:
-        self._add("raw", rows, rows.shape[1])
-        return len(self.kinds) - 1
-
-    def _add(self, kind: str, item, size) -> None:
-        self.kinds.append(kind)
-        self.items.append(item)
-        self.sizes.append(size)
-
-    def layout(self) -> np.ndarray:
-        """Start offset of every piece of every record, shape (n, pieces), in one buffer."""
-        sizes = np.empty((self.n, len(self.kinds)), np.int64)
-        for s, size in enumerate(self.sizes):
-            sizes[:, s] = size
-        flat = sizes.ravel()
-        starts = np.zeros(flat.size + 1, np.int64)
-        np.cumsum(flat, out=starts[1:])
-        self.total = int(starts[-1])
-        return starts[:-1].reshape(sizes.shape)
-
-    def fill(self, out: np.ndarray, starts: np.ndarray) -> None:
-        const_cols, const_within, const_bytes = [], [], []
-        var_pos, var_values, var_sizes = [], [], []
-        for s, (kind, item) in enumerate(zip(self.kinds, self.items)):
+    def compact(self) -> np.ndarray:
+        """All records' bytes, back to back (1-D uint8)."""
+        rows = np.empty((self.n, self.width), np.uint8)
+        valid = np.ones(rows.shape, bool)
+        column = 0
+        for kind, data, width in self.pieces:
+            end = column + width
             if kind == "const":
-                const_cols.append(np.full(len(item), s))
-                const_within.append(np.arange(len(item)))
-                const_bytes.append(np.frombuffer(item, np.uint8))
+                rows[:, column:end] = np.frombuffer(data, np.uint8)
             elif kind == "raw":
-                out[starts[:, s, None] + np.arange(item.shape[1])] = item
-            elif kind == "varint":
-                var_pos.append(starts[:, s])
-                var_values.append(item[0])
-                var_sizes.append(item[1])
-            else:  # varints: a packed block; each value starts after the previous ones of its row
-                values, sizes = item
-                within = np.cumsum(sizes, axis=1, dtype=np.int64)
-                within -= sizes
-                within += starts[:, s, None]
-                var_pos.append(within.ravel())
-                var_values.append(values.ravel())
-                var_sizes.append(sizes.ravel())
-        if const_cols:
-            cols = np.concatenate(const_cols)
-            out[starts[:, cols] + np.concatenate(const_within)] = np.concatenate(const_bytes)
-        if var_pos:
-            _scatter_varints(out, np.concatenate(var_pos), np.concatenate(var_values), np.concatenate(var_sizes))
+                rows[:, column:end] = data
+            else:
+                values, sizes, widest = data
+                shape = (self.n, values.shape[1], widest)
+                _write_varints(rows[:, column:end].reshape(shape), valid[:, column:end].reshape(shape), values, sizes)
+            column = end
+        return rows[valid]
 
 
 def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple[str, str, np.ndarray]]]:
@@ -261,12 +255,77 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
         elif a.shape[0] != n:
             raise ValueError(f"feature {key!r} has {a.shape[0]} rows, other features have {n}")
         if a.dtype.kind in "iub":
-            checked.append((key, "int64", _as_varint_values(a, key)))
+            checked.append((key, "int64", a))
         elif a.dtype.kind == "f":
-            checked.append((key, "float", a.astype("<f4", copy=False)))
+            checked.append((key, "float", a))
         else:
             raise ValueError(f"feature {key!r}: dtype {a.dtype} is neither integer nor floating")
     return int(n), checked
+
+
+def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> bytes:
+    slots = _Slots(n)
+    header = np.empty((n, _HEADER_BYTES), np.uint8)  # length + its CRC, filled below
+    slots.raw(header)
+    blocks = []
+    features_len = np.zeros(n, np.int64)
+    for key, kind, a in checked:
+        width = a.shape[1]
+        if kind == "float":
+            values = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).reshape(n, 4 * width)
+            sizes, payload = None, np.full(n, 4 * width, np.int64)
+        else:
+            values = _as_varint_values(a, key)
+            if values.dtype == np.uint8 and (not width or int(values.max()) < 0x80):
+                sizes, payload = None, np.full(n, width, np.int64)  # one byte each: raw
+            else:
+                sizes = _varint_sizes(values)
+                payload = sizes.sum(axis=1, dtype=np.int64)
+        list_len = (1 + _varint_sizes(payload.view(np.uint64)) + payload) if width else np.zeros(n, np.int64)
+        feature_len = 1 + _varint_sizes(list_len.view(np.uint64)) + list_len
+        key_bytes = key.encode("utf-8")
+        key_part = bytes([_TAG_FIELD1_LEN]) + _varint_bytes(len(key_bytes)) + key_bytes + bytes([_TAG_FIELD2_LEN])
+        entry_len = feature_len + _varint_sizes(feature_len.view(np.uint64)) + len(key_part)
+        features_len += 1 + _varint_sizes(entry_len.view(np.uint64)) + entry_len
+        blocks.append((kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len))
+    example_len = 1 + _varint_sizes(features_len.view(np.uint64)) + features_len
+
+    slots.const(bytes([_TAG_FIELD1_LEN]))  # Example.features
+    slots.varint(features_len)
+    for kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len in blocks:
+        slots.const(bytes([_TAG_FIELD1_LEN]))  # Features.feature: a map entry
+        slots.varint(entry_len)
+        slots.const(key_part)  # the entry key, then the tag of the entry value
+        slots.varint(feature_len)
+        slots.const(bytes([_LIST_TAG[kind]]))
+        slots.varint(list_len)
+        if width:
+            slots.const(bytes([_TAG_FIELD1_LEN]))  # the packed values
+            slots.varint(payload)
+            if sizes is None:
+                slots.raw(values)
+            else:
+                slots.varints(values, sizes)
+    slots.raw(np.zeros((n, 4), np.uint8))  # data CRC, filled after compaction
+
+    # The length header and its CRC are known now (vectorised CRC over the 8 bytes of every record).
+    header[:, :8] = example_len.astype("<u8").view(np.uint8).reshape(n, 8)
+    header[:, 8:] = _mask_array(_crc32c_rows(header[:, :8])).astype("<u4").view(np.uint8).reshape(n, 4)
+
+    out = slots.compact()
+    record_end = np.cumsum(example_len + (_HEADER_BYTES + _FOOTER_BYTES))
+    data_end = record_end - _FOOTER_BYTES
+    data_start = data_end - example_len
+    raw = out.tobytes()
+    value = google_crc32c.value
+    crcs = np.fromiter(
+        (value(raw[a:b]) for a, b in zip(data_start.tolist(), data_end.tolist())), dtype=np.uint32, count=n
+    )
+    out[data_end[:, None] + np.arange(4)] = _mask_array(crcs).astype("<u4").view(np.uint8).reshape(n, 4)
+    return out.tobytes()
+
+
+_CHUNK_BYTES = 1 << 24  # records are encoded in chunks of about this many slot bytes
 
 
 def encode_examples(features: Mapping[str, np.ndarray]) -> bytes:
@@ -280,67 +339,14 @@ def encode_examples(features: Mapping[str, np.ndarray]) -> bytes:
     n, checked = _check_features(features)
     if n == 0:
         return b""
-    template = _Template(n)
-    header_piece = template.raw(np.zeros((n, 8), np.uint8))  # placeholders, filled below
-    header_crc_piece = template.raw(np.zeros((n, 4), np.uint8))
-    features_len = np.zeros(n, np.int64)
-    body: list[tuple] = []
-    for key, kind, values in checked:
-        width = values.shape[1]
-        if kind == "float":
-            payload = np.full(n, 4 * width, np.int64)
-            block = ("raw", np.ascontiguousarray(values).view(np.uint8).reshape(n, 4 * width))
-        elif width and int(values.max()) < 0x80:  # every value one byte (masks, segments, labels)
-            payload = np.full(n, width, np.int64)
-            block = ("raw", values.astype(np.uint8))
-        else:
-            sizes = _varint_sizes(values)
-            payload = sizes.sum(axis=1, dtype=np.int64)
-            block = ("varints", values, sizes, payload)
-        list_len = (1 + _varint_sizes(payload.view(np.uint64)) + payload) if width else np.zeros(n, np.int64)
-        feature_len = 1 + _varint_sizes(list_len.view(np.uint64)) + list_len
-        key_bytes = key.encode("utf-8")
-        key_part = bytes([_TAG_FIELD1_LEN]) + _varint_bytes(len(key_bytes)) + key_bytes + bytes([_TAG_FIELD2_LEN])
-        entry_len = feature_len + _varint_sizes(feature_len.view(np.uint64)) + len(key_part)
-        features_len += 1 + _varint_sizes(entry_len.view(np.uint64)) + entry_len
-        body.append((kind, width, payload, block, list_len, feature_len, key_part, entry_len))
-    example_len = 1 + _varint_sizes(features_len.view(np.uint64)) + features_len
-
-    template.const(bytes([_TAG_FIELD1_LEN]))  # Example.features
-    template.varint(features_len)
-    for kind, width, payload, block, list_len, feature_len, key_part, entry_len in body:
-        template.const(bytes([_TAG_FIELD1_LEN]))  # Features.feature map entry
-        template.varint(entry_len)
-        template.const(key_part)  # entry key, then the tag of the entry value
-        template.varint(feature_len)
-        template.const(bytes([_LIST_TAG[kind]]))
-        template.varint(list_len)
-        if width:
-            template.const(bytes([_TAG_FIELD1_LEN]))  # packed value
-            template.varint(payload)
-            if block[0] == "raw":
-                template.raw(block[1])
-            else:
-                template.varints(*block[1:])
-    data_crc_piece = template.raw(np.zeros((n, 4), np.uint8))
-
-    # The length header and its CRC are known now; the data CRC needs the data bytes.
-    header = example_len.astype("<u8").view(np.uint8).reshape(n, 8)
-    template.items[header_piece] = header
-    template.items[header_crc_piece] = _mask_array(_crc32c_rows(header)).astype("<u4").view(np.uint8).reshape(n, 4)
-    starts = template.layout()
-    out = np.zeros(template.total, np.uint8)
-    template.fill(out, starts)
-
-    raw = out.tobytes()
-    value = google_crc32c.value
-    data_crcs = np.fromiter(
-        (value(raw[a:b]) for a, b in zip(starts[:, header_crc_piece + 1].tolist(), starts[:, data_crc_piece].tolist())),
-        dtype=np.uint32,
-        count=n,
-    )
-    out[starts[:, data_crc_piece, None] + np.arange(4)] = _mask_array(data_crcs).astype("<u4").view(np.uint8).reshape(n, 4)
-    return out.tobytes()
+    # Bound the temporary slot matrix: a record takes at most ~10 bytes per int value.
+    per_record = 64 + sum(len(k) + 40 + (4 if kind == "float" else 10) * a.shape[1] for k, kind, a in checked)
+    step = max(1, _CHUNK_BYTES // per_record)
+    chunks = [
+        _encode_chunk([(k, kind, a[start : start + step]) for k, kind, a in checked], min(step, n - start))
+        for start in range(0, n, step)
+    ]
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _check_limit(name: str, value) -> int:
