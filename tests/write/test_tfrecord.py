@@ -514,7 +514,9 @@ def test_tensorflow_reads_our_files_and_we_read_its(tmp_path):
         np.testing.assert_array_equal(np.stack([r[key].numpy() for r in rows]), expected, err_msg=key)
 
     # And the other way: records serialized by TensorFlow itself, as create_pretraining_data.py does.
+    # Our records are protobuf's deterministic serialization (map entries sorted by key).
     theirs = tmp_path / "theirs.tfrecord"
+    ours = list(iter_tfrecord_records(io.BytesIO(path.read_bytes())))
     with tf.io.TFRecordWriter(str(theirs)) as writer:
         for i in range(len(batch)):
             feature = {}
@@ -523,8 +525,11 @@ def test_tensorflow_reads_our_files_and_we_read_its(tmp_path):
                     feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=value[i].tolist()))
                 else:
                     feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=value[i].tolist()))
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    features = read_tfrecord_features(theirs)
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            assert example.SerializeToString(deterministic=True) == ours[i]
+            writer.write(example.SerializeToString())
+    with open(theirs, "rb") as f:
+        features = read_tfrecord_features(f)
     for key, expected in golden.items():
         np.testing.assert_array_equal(features[key], expected, err_msg=key)
 
