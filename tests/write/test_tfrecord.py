@@ -61,16 +61,22 @@ def plain_field(number: int, payload: bytes) -> bytes:
     return plain_varint(number << 3 | 2) + plain_varint(len(payload)) + payload
 
 
-def plain_example(features: dict[str, list]) -> bytes:
+def plain_example(features: dict[str, list], order: list[str] | None = None, unpacked: bool = False) -> bytes:
     entries = b""
-    for key in sorted(features):
+    for key in order or sorted(features):
         values = features[key]
         if key in FLOAT_FEATURES:
-            packed = b"".join(struct.pack("<f", v) for v in values)
-            feature = plain_field(2, plain_field(1, packed) if values else b"")
+            if unpacked:
+                items = b"".join(plain_varint(1 << 3 | 5) + struct.pack("<f", v) for v in values)
+            else:
+                items = plain_field(1, b"".join(struct.pack("<f", v) for v in values)) if values else b""
+            feature = plain_field(2, items)
         else:
-            packed = b"".join(plain_varint(int(v)) for v in values)
-            feature = plain_field(3, plain_field(1, packed) if values else b"")
+            if unpacked:
+                items = b"".join(plain_varint(1 << 3 | 0) + plain_varint(int(v)) for v in values)
+            else:
+                items = plain_field(1, b"".join(plain_varint(int(v)) for v in values)) if values else b""
+            feature = plain_field(3, items)
         entries += plain_field(1, plain_field(1, key.encode()) + plain_field(2, feature))
     return plain_field(1, entries)
 
@@ -479,6 +485,37 @@ def test_parse_example_large_and_negative_varints():
 def test_parse_example_rejects_malformed(record, match):
     with pytest.raises(ValueError, match=match):
         parse_example(record)
+
+
+def test_lockstep_and_record_by_record_paths_agree(monkeypatch):
+    import mlm_pipeline.write.tfrecord as codec
+
+    _, golden = load_golden("sample_text-wwm-d5")
+    data = encode_examples(golden)
+    fast = read_tfrecord_features(io.BytesIO(data))
+    monkeypatch.setattr(codec, "_lockstep_spans", lambda *args: None)
+    slow = read_tfrecord_features(io.BytesIO(data))
+    for key, expected in golden.items():
+        np.testing.assert_array_equal(fast[key], expected)
+        np.testing.assert_array_equal(slow[key], expected)
+        assert fast[key].dtype == slow[key].dtype == expected.dtype
+
+
+def test_other_layouts_fall_back_to_record_by_record():
+    _, golden = load_golden("sample_text-d10")
+    rows = [{key: value[i].tolist() for key, value in golden.items()} for i in range(6)]
+    keys = sorted(golden)
+    records = [
+        plain_example(rows[0]),
+        plain_example(rows[1], order=keys[::-1]),  # TensorFlow's default order is not sorted
+        plain_example(rows[2], unpacked=True),
+        plain_example(rows[3]) + plain_varint(9 << 3 | 0) + plain_varint(5),  # unknown field
+        plain_example(rows[4]),
+        plain_example(rows[5], order=keys[1:] + keys[:1], unpacked=True),
+    ]
+    features = read_tfrecord_features(io.BytesIO(plain_tfrecord(records)))
+    for key, expected in golden.items():
+        np.testing.assert_array_equal(features[key], expected[:6], err_msg=key)
 
 
 def test_stacking_requires_fixed_lengths():

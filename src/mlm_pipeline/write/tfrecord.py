@@ -444,25 +444,57 @@ def iter_tfrecord_records(f: BinaryIO, *, verify_crc: bool = True) -> Iterator[b
 
 
 def _record_spans(buf: bytes, verify_crc: bool) -> tuple[list[int], list[int]]:
-    """(data start, data end) of every record of a whole TFRecord file held in memory."""
-    starts, ends = [], []
+    """(data start, data end) of every record of a whole TFRecord file held in memory.
+
+    Follows the lengths first (the only sequential part), then checks the length CRCs of all
+    records at once and the data CRCs with one ``google_crc32c`` call per record. The first
+    problem in file order is raised, as :func:`iter_tfrecord_records` would.
+    """
+    offsets: list[int] = []
+    lengths: list[int] = []
+    truncation = None
+    complete = 0
     offset, size = 0, len(buf)
     unpack = struct.unpack_from
     while offset < size:
         if size - offset < _HEADER_BYTES:
-            raise _truncated(offset, f"{size - offset} of the {_HEADER_BYTES} header bytes present")
-        length = _unpack_header(buf[offset : offset + _HEADER_BYTES], offset, verify_crc)
-        start = offset + _HEADER_BYTES
-        end = start + length
+            truncation = _truncated(offset, f"{size - offset} of the {_HEADER_BYTES} header bytes present")
+            break
+        length = unpack("<Q", buf, offset)[0]
+        offsets.append(offset)
+        lengths.append(length)
+        end = offset + _HEADER_BYTES + length
         if end + _FOOTER_BYTES > size:
-            raise _truncated(
-                offset, f"record declares {length} data bytes + {_FOOTER_BYTES} CRC bytes, {size - start} present"
+            truncation = _truncated(
+                offset,
+                f"record declares {length} data bytes + {_FOOTER_BYTES} CRC bytes, "
+                f"{size - offset - _HEADER_BYTES} present",
             )
-        if verify_crc:
-            _check_data(buf[start:end], unpack("<I", buf, end)[0], offset)
-        starts.append(start)
-        ends.append(end)
+            break
+        complete += 1
         offset = end + _FOOTER_BYTES
+    starts = [o + _HEADER_BYTES for o in offsets[:complete]]
+    ends = [s + n for s, n in zip(starts, lengths)]
+    if verify_crc and offsets:
+        arr = np.frombuffer(buf, np.uint8)
+        headers = arr[np.array(offsets, np.int64)[:, None] + np.arange(_HEADER_BYTES)]
+        stored = np.ascontiguousarray(headers[:, 8:]).view("<u4").ravel()
+        bad = np.flatnonzero(_mask_array(_crc32c_rows(headers[:, :8])) != stored)
+        first_bad_header = int(bad[0]) if bad.size else len(offsets)
+        checked = min(first_bad_header, complete)
+        value = google_crc32c.value
+        crcs = np.fromiter(
+            (value(buf[s:e]) for s, e in zip(starts[:checked], ends[:checked])), dtype=np.uint32, count=checked
+        )
+        stored = np.ascontiguousarray(arr[np.array(ends[:checked], np.int64)[:, None] + np.arange(4)]).view("<u4")
+        bad = np.flatnonzero(_mask_array(crcs) != stored.ravel())
+        if bad.size:
+            i = int(bad[0])
+            _check_data(buf[starts[i] : ends[i]], int(stored[i, 0]), offsets[i])
+        if first_bad_header < len(offsets):
+            _unpack_header(headers[first_bad_header].tobytes(), offsets[first_bad_header], True)
+    if truncation is not None:
+        raise truncation
     return starts, ends
 
 
@@ -587,25 +619,39 @@ def _walk_example(buf: bytes, pos: int, end: int) -> _Walked:
     return features
 
 
-def _decode_varints(b: np.ndarray) -> np.ndarray:
-    """Decode a run of complete varints (uint8 array) to int64, vectorised."""
+def _decode_varints_with_ends(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode a run of complete varints (uint8 array): (int64 values, index of each last byte).
+
+    One round per 7-bit group (usually 2 or 3), each over all values at once: group ``i`` of a
+    value is the byte ``i`` after its start, present when the value is longer than ``i``.
+    """
     if b.size == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     term = b < 0x80
     if not term[-1]:
         raise ValueError("malformed tf.train.Example: packed int64 list ends inside a varint")
     ends = np.flatnonzero(term)
     if ends.size == b.size:  # all one-byte values
-        return b.astype(np.int64)
+        return b.astype(np.int64), ends
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if int(lengths.max()) > 10:
+    sizes = ends - starts + 1
+    widest = int(sizes.max())
+    if widest > 10:
         raise ValueError("malformed tf.train.Example: varint longer than 10 bytes")
-    shift = (np.arange(b.size, dtype=np.int64) - np.repeat(starts, lengths)) * 7
-    groups = (b & np.uint8(0x7F)).astype(np.uint64) << shift.astype(np.uint64)
-    return np.bitwise_or.reduceat(groups, starts).view(np.int64)
+    acc = np.uint32 if widest <= 4 else np.uint64  # 4 groups = 28 bits
+    values = (b[starts] & np.uint8(0x7F)).astype(acc)
+    for i in range(1, widest):
+        group = b[np.minimum(starts + i, ends)] & np.uint8(0x7F)
+        group[sizes <= i] = 0
+        values |= group.astype(acc) << acc(7 * i)
+    return (values.astype(np.int64) if acc is np.uint32 else values.view(np.int64)), ends
+
+
+def _decode_varints(b: np.ndarray) -> np.ndarray:
+    """Decode a run of complete varints (uint8 array) to int64, vectorised."""
+    return _decode_varints_with_ends(b)[0]
 
 
 def _decode_one(buf: bytes, kind: str | None, spans: list):
@@ -649,13 +695,12 @@ def _stack(buf: bytes, name: str, kind: str | None, rec: np.ndarray, spans: np.n
             values = data.view("<f4").astype(np.float32)
             per_span = lengths // 4
         else:
-            values = _decode_varints(data)
+            values, value_ends = _decode_varints_with_ends(data)
             bounds = lengths_to_offsets(lengths)
             if lengths.size and not np.all(data[bounds[1:][lengths > 0] - 1] < 0x80):
                 raise ValueError(f"malformed tf.train.Example: feature {name!r} has a value cut inside a varint")
-            ends_before = np.zeros(data.size + 1, np.int64)
-            np.cumsum(data < 0x80, out=ends_before[1:])
-            per_span = ends_before[bounds[1:]] - ends_before[bounds[:-1]]
+            ends_before = np.searchsorted(value_ends, bounds)  # values ending before each span bound
+            per_span = ends_before[1:] - ends_before[:-1]
         counts = np.bincount(rec, weights=per_span, minlength=n).astype(np.int64)
     if n and counts.min() != counts.max():
         raise ValueError(
@@ -671,10 +716,97 @@ def _stack(buf: bytes, name: str, kind: str | None, rec: np.ndarray, spans: np.n
     return values.reshape(n, width)
 
 
+class _Cursor:
+    """One read position per record, advanced through all records in lockstep."""
+
+    def __init__(self, arr: np.ndarray, pos: np.ndarray):
+        self.arr, self.pos, self.last = arr, pos, arr.size - 1
+
+    def expect(self, data: bytes) -> bool:
+        """Whether every record holds ``data`` here; moves past it."""
+        got = self.arr[np.minimum(self.pos[:, None] + np.arange(len(data)), self.last)]
+        self.pos = self.pos + len(data)
+        return bool((got == np.frombuffer(data, np.uint8)).all())
+
+    def length(self) -> np.ndarray | None:
+        """A varint length prefix in every record (None if malformed or impossible); moves past it."""
+        value = np.zeros(self.pos.size, np.uint64)
+        size = np.zeros(self.pos.size, np.int64)
+        done = np.zeros(self.pos.size, bool)
+        for j in range(10):
+            b = self.arr[np.minimum(self.pos + j, self.last)]
+            active = ~done
+            value |= np.where(active, (b & np.uint8(0x7F)).astype(np.uint64) << np.uint64(7 * j), np.uint64(0))
+            size += active
+            done |= b < 0x80
+            if done.all():
+                break
+        else:
+            return None
+        if int(value.max()) > self.arr.size:
+            return None
+        self.pos = self.pos + size
+        return value.astype(np.int64)
+
+
+def _lockstep_spans(buf: bytes, starts: list[int], ends: list[int], first: _Walked) -> dict[str, np.ndarray] | None:
+    """The value bytes (start, end) of every feature of every record, found for all records at once.
+
+    Applies when every record has exactly the entry sequence of record 0 (``first``), each with
+    one packed int64 or float list and nothing else: the layout :func:`encode_examples` writes
+    (and protobuf's deterministic serialization). Every tag and key is compared and every nested
+    length must close exactly where its message ends, so a record that passes is parsed exactly;
+    ``None`` if any record differs in any way (the caller then walks records one by one).
+    """
+    end = np.asarray(ends, np.int64)
+    cur = _Cursor(np.frombuffer(buf, np.uint8), np.asarray(starts, np.int64))
+    if not cur.expect(bytes([_TAG_FIELD1_LEN])):
+        return None
+    size = cur.length()
+    if size is None or not np.array_equal(cur.pos + size, end):
+        return None
+    spans = {}
+    for key, (kind, _) in first.items():
+        if kind not in ("int64", "float") or not cur.expect(bytes([_TAG_FIELD1_LEN])):
+            return None
+        size = cur.length()
+        if size is None:
+            return None
+        entry_end = cur.pos + size
+        key_bytes = key.encode("utf-8")
+        key_part = bytes([_TAG_FIELD1_LEN]) + _varint_bytes(len(key_bytes)) + key_bytes + bytes([_TAG_FIELD2_LEN])
+        if not cur.expect(key_part):
+            return None
+        size = cur.length()
+        if size is None or not np.array_equal(cur.pos + size, entry_end) or not cur.expect(bytes([_LIST_TAG[kind]])):
+            return None
+        size = cur.length()
+        if size is None or not np.array_equal(cur.pos + size, entry_end):
+            return None
+        if not size.any():  # empty list in every record
+            spans[key] = np.stack([entry_end, entry_end], axis=1)
+            continue
+        if not size.all() or not cur.expect(bytes([_TAG_FIELD1_LEN])):
+            return None
+        size = cur.length()
+        if size is None or not np.array_equal(cur.pos + size, entry_end) or (kind == "float" and (size % 4).any()):
+            return None
+        spans[key] = np.stack([cur.pos, entry_end], axis=1)
+        cur.pos = entry_end
+    if not np.array_equal(cur.pos, end):
+        return None
+    return spans
+
+
 def _features_from_buffer(buf: bytes, starts: list[int], ends: list[int]) -> dict[str, np.ndarray]:
     n = len(starts)
     if n == 0:
         return {}
+    first = _walk_example(buf, starts[0], ends[0])
+    spans = _lockstep_spans(buf, starts, ends, first)
+    if spans is not None:
+        records = np.arange(n)
+        return {key: _stack(buf, key, first[key][0], records, spans[key], n) for key in sorted(spans)}
     per_key: dict[str, tuple[str | None, list[int], list[tuple[int, int]]]] = {}
     present: dict[str, int] = {}
     for r, (start, end) in enumerate(zip(starts, ends)):
