@@ -248,6 +248,15 @@ def test_matches_plain_encoder_and_round_trips(case):
         np.testing.assert_array_equal(parsed["input_ids"][: batch.lengths[expected]], batch.row(expected)["input_ids"])
 
 
+def test_chunks_give_the_same_bytes(monkeypatch):
+    import mlm_pipeline.write.tfrecord as codec
+
+    batch = random_batch(np.random.default_rng(4), 50, 64, 10, vocab=2**30)
+    whole = encode_tfrecord(batch, max_seq_length=64, max_predictions=10)
+    monkeypatch.setattr(codec, "_CHUNK_BYTES", 3000)  # a few records per chunk
+    assert encode_tfrecord(batch, max_seq_length=64, max_predictions=10) == whole == plain_encode(batch, 64, 10)
+
+
 def test_benchmark_smoke():
     # The figures come from ``python tests/write/test_tfrecord.py``; here: same bytes, runs.
     result = benchmark(300)
@@ -516,6 +525,27 @@ def test_other_layouts_fall_back_to_record_by_record():
     features = read_tfrecord_features(io.BytesIO(plain_tfrecord(records)))
     for key, expected in golden.items():
         np.testing.assert_array_equal(features[key], expected[:6], err_msg=key)
+
+
+_FUZZ_FILE = encode_tfrecord(random_batch(np.random.default_rng(5), 4, 12, 3, vocab=2**20), max_seq_length=12, max_predictions=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_FUZZ_FILE) - 1), st.integers(1, 255)), min_size=1, max_size=3))
+def test_corrupt_bytes_give_value_error_or_a_result(flips):
+    bad = bytearray(_FUZZ_FILE)
+    for pos, xor in flips:
+        bad[pos] ^= xor
+    for verify in (True, False):
+        try:
+            read_tfrecord_features(io.BytesIO(bytes(bad)), verify_crc=verify)
+        except ValueError:
+            pass
+    try:
+        for record in iter_tfrecord_records(io.BytesIO(bytes(bad)), verify_crc=False):
+            parse_example(record)
+    except ValueError:
+        pass
 
 
 def test_stacking_requires_fixed_lengths():

@@ -3,24 +3,25 @@
 Writing. :func:`encode_tfrecord` turns an :class:`InstanceBatch` into the bytes of a TFRecord file
 with one ``tf.train.Example`` per instance and exactly the features of google-research/bert
 ``create_pretraining_data.py`` (read by ``run_pretraining.py``). Nothing loops per value or per
-token: every record is the same *template* of pieces (field tags and key strings, which are
-constant; varint length prefixes and packed varint payloads, whose sizes vary per record; raw
-float bytes; the framing), so the encoder computes the byte size of every piece of every record
-with numpy, turns the sizes into offsets with one cumulative sum, and scatters each kind of piece
-for all records at once. Varints are written 7 bits at a time for all values together (at most
-10 rounds, usually 2 or 3). The only per-record Python step is one ``google_crc32c.value`` call
-on each record's data; the CRC of the 8-byte length header is computed with a vectorised
-table-driven CRC32C over all records at once.
+token. Every record is the same sequence of pieces: field tags and key strings (constant), varint
+length prefixes and packed varint values (whose sizes vary per record), raw float bytes and the
+framing. Each piece gets a fixed-width slot (as wide as its longest encoding) in a (records x
+width) byte matrix, filled column-wise for all records at once, varints one 7-bit group per round
+(usually 2 or 3 rounds); slot bytes past a varint's actual size are masked out, and compacting the
+matrix by the mask yields the records back to back. The CRCs of the 8-byte length headers are
+computed by a table-driven CRC32C vectorised over records; the only per-record Python step is one
+``google_crc32c.value`` call on each record's data.
 
-Map entries are written sorted by key, packed repeated fields are used for all values, and an
-empty value list is omitted (as protobuf does), so the bytes depend only on the values.
+Map entries are written sorted by key, all values as packed repeated fields, an empty value list
+omitted: protobuf's deterministic serialization, so the bytes depend only on the values.
 
-Reading. :func:`iter_tfrecord_records` checks the framing (length and data CRCs),
+Reading. :func:`iter_tfrecord_records` checks the framing (length and data CRCs) of a stream,
 :func:`parse_example` decodes one ``tf.train.Example`` generically (int64/float lists packed or
 not, bytes lists, unknown fields skipped), and :func:`read_tfrecord_features` /
-:func:`read_tfrecord` stack a whole file into padded 2-D arrays / an ``InstanceBatch``. Records are
-walked in Python to locate each feature's value bytes, then the values of a feature across all
-records are decoded in one vectorised step.
+:func:`read_tfrecord` stack a whole file into padded 2-D arrays / an ``InstanceBatch``. For files
+in our layout, the value bytes of every feature are located for all records in lockstep (every tag,
+key and nested length checked); any other layout is walked record by record. Either way the values
+of a feature are then decoded for all records at once.
 
 TFRecord framing (per record): ``uint64 length`` (little-endian), ``uint32 masked_crc32c(length
 bytes)``, ``data``, ``uint32 masked_crc32c(data)``, where ``masked(c) = ((c >> 15) | (c << 17)) +
@@ -131,13 +132,13 @@ def _varint_bytes(value: int) -> bytes:
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Encoded size (1..10 bytes, uint8) of every uint64 value, vectorised."""
+    """Encoded size (1..10 bytes, uint8) of every value of an unsigned array, vectorised."""
     sizes = np.ones(values.shape, np.uint8)
     if values.size:
         top = int(values.max())
         threshold = 1 << 7
-        while threshold <= top:
-            sizes += values >= np.uint64(threshold)
+        while threshold <= top:  # so the threshold fits the dtype
+            sizes += values >= values.dtype.type(threshold)
             threshold <<= 7
     return sizes
 
@@ -213,12 +214,10 @@ class _Slots:
         widest = int(sizes.max()) if sizes.size else 1
         self.pieces.append(("varints", (values, sizes, widest), values.shape[1] * widest))
 
-    def varint(self, values: np.ndarray) -> np.ndarray:
-        """One varint per record (a length prefix); returns its sizes."""
+    def varint(self, values: np.ndarray) -> None:
+        """One varint per record (a length prefix)."""
         values = values.astype(np.uint64)
-        sizes = _varint_sizes(values)
-        self.varints(values[:, None], sizes[:, None])
-        return sizes
+        self.varints(values[:, None], _varint_sizes(values)[:, None])
 
     def compact(self) -> np.ndarray:
         """All records' bytes, back to back (1-D uint8)."""
