@@ -1,0 +1,323 @@
+"""Byte ranges: how a file is cut into pieces, and which documents each piece owns.
+
+Planning never reads the data of a text-like file: ``split_file`` cuts it into nominal ranges
+``[k*split, (k+1)*split)`` knowing only its size. The *reader* of a range aligns on document
+boundaries with these ownership rules (``s``/``e`` are the range bounds, a "line start" is offset
+0 or the offset just after a ``\\n``):
+
+* ``text``: a range owns the documents whose *immediately preceding blank line* starts in
+  ``[s, e)``; the file's first document, when no blank line precedes it, is owned by the range
+  with ``s == 0``. A reader with ``s > 0`` moves to the first line start ``>= s``, skips lines up
+  to the first blank line (that line is where its owned span begins), then reads documents and
+  stops at the first blank line that starts at ``>= e`` (reading past ``e`` to finish its last
+  document).
+* ``wikiextractor``: a range owns the ``<doc`` blocks whose ``<doc`` line starts in ``[s, e)``
+  (plus any stray text after such a block, up to the next ``<doc`` line; stray text before the
+  first block belongs to ``s == 0``).
+* ``jsonl``: a range owns the lines whose start is in ``[s, e)``.
+
+Every line is classified the same way whichever range reads it, so every document of a file is
+read exactly once over its pieces, in file order. The bytes a range owns (its span, from its
+first owned boundary to the next range's) tile the file, so ``bytes_read`` sums to the file size.
+
+Compressed files are one piece (a compressed stream cannot be entered in the middle); Parquet
+files are cut into runs of row groups, from the footer metadata.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from typing import BinaryIO, Iterator
+
+from mlm_pipeline import fs
+from mlm_pipeline.read.base import InputError, Piece, compression_of
+
+CHUNK_BYTES = 1 << 20
+"""Read size for text-like inputs (one ``read`` + one ``split`` per chunk)."""
+
+HEAD_BYTES = 64
+"""How much of an over-long line is kept (enough to classify it, e.g. as a ``<doc`` line)."""
+
+BOM = b"\xef\xbb\xbf"
+
+
+def split_file(url: str, fmt: str, size: int, split_bytes: int) -> list[Piece]:
+    """The pieces of one file, in file order.
+
+    Uncompressed text/wikiextractor/jsonl: nominal byte ranges of ``split_bytes`` (the last one
+    open-ended); the data is not read. A compressed file: one whole piece. Parquet: runs of
+    consecutive row groups of about ``split_bytes`` compressed bytes each (reads the footer).
+    An empty file still gives one piece (which yields nothing).
+    """
+    if split_bytes < 1:
+        raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
+    if size < 0:
+        raise ValueError(f"{url}: negative size {size}")
+    compression = compression_of(url)
+    if fmt == "parquet":
+        if compression is not None:
+            raise InputError(f"{url}: a compressed Parquet file is not supported; decompress it")
+        return _split_parquet(url, split_bytes)
+    if fmt not in ("text", "wikiextractor", "jsonl"):
+        raise ValueError(f"{url}: unknown format {fmt!r}")
+    if compression is not None:
+        return [Piece(url, fmt, 0, None, compression)]
+    starts = list(range(0, size, split_bytes)) or [0]
+    return [
+        Piece(url, fmt, s, (s + split_bytes) if s + split_bytes < size else None)
+        for s in starts
+    ]
+
+
+def _split_parquet(url: str, split_bytes: int) -> list[Piece]:
+    import pyarrow.parquet as pq
+
+    with open_decompressed(url, None) as f:
+        try:
+            meta = pq.read_metadata(f)
+        except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for a bad footer
+            raise InputError(f"{url}: not a readable Parquet file ({exc})") from exc
+    pieces: list[Piece] = []
+    first, acc = 0, 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        rg_bytes = sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
+        if i > first and acc + rg_bytes > split_bytes:
+            pieces.append(Piece(url, "parquet", first, i))
+            first, acc = i, 0
+        acc += rg_bytes
+    pieces.append(Piece(url, "parquet", first, meta.num_row_groups if pieces else None))
+    return pieces
+
+
+# --------------------------------------------------------------------------- opening streams
+
+
+def open_decompressed(url: str, compression: str | None) -> BinaryIO:
+    """A readable binary stream of ``url`` through fsspec, decompressed on the fly if asked.
+
+    Raises ``InputError`` naming the file if it does not exist or cannot be opened.
+    """
+    try:
+        raw = fs.open_url(url, "rb")
+    except FileNotFoundError as exc:
+        raise InputError(f"{url}: no such file") from exc
+    except OSError as exc:
+        raise InputError(f"{url}: cannot open ({exc})") from exc
+    if compression is None:
+        return raw
+    try:
+        if compression == "gzip":
+            return _Closing(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+        if compression == "bz2":
+            return _Closing(bz2.BZ2File(raw, mode="rb"), raw)
+        if compression == "xz":
+            return _Closing(lzma.LZMAFile(raw, mode="rb"), raw)
+        if compression == "zstd":
+            import zstandard
+
+            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            return _Closing(reader, raw)
+    except BaseException:
+        raw.close()
+        raise
+    raw.close()
+    raise ValueError(f"{url}: unknown compression {compression!r}")
+
+
+class _Closing:
+    """A decompressing stream that also closes the underlying raw file; ``raw_tell`` reports
+    how many compressed bytes have been consumed."""
+
+    def __init__(self, stream, raw) -> None:
+        self._stream = stream
+        self._raw = raw
+
+    def read(self, n: int = -1) -> bytes:
+        return self._stream.read(n)
+
+    def raw_tell(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_piece(piece: Piece) -> BinaryIO:
+    """Open the stream for a byte-range piece, positioned for ``LineReader`` (see ``start_of``)."""
+    stream = open_decompressed(piece.url, piece.compression)
+    if piece.start > 0:
+        stream.seek(piece.start - 1)
+    return stream
+
+
+def consumed_bytes(stream, end_pos: int) -> int:
+    """Bytes of the input file behind a span ending at ``end_pos`` of a whole-file read: the
+    compressed size for a compressed stream, else ``end_pos`` itself."""
+    return stream.raw_tell() if isinstance(stream, _Closing) else end_pos
+
+
+# --------------------------------------------------------------------------- lines
+
+
+class LineReader:
+    """Lines of a binary stream, with their byte offsets, in bounded memory.
+
+    Iterating yields ``(start, line, too_long)``: ``start`` is the offset of the line's first
+    byte, ``line`` its bytes without the ``\\n`` (a ``\\r`` stays; callers strip). A line longer
+    than ``max_line_bytes`` is consumed chunk by chunk without being kept: it comes out as
+    ``too_long=True`` with only its first ``HEAD_BYTES`` bytes, or ``b""`` if it is all ASCII
+    whitespace. A UTF-8 byte-order mark at offset 0 is dropped from the first line (offsets are
+    unchanged). After (or during) iteration ``pos`` is the offset just past the last line
+    yielded or skipped.
+
+    ``start > 0`` aligns on the first line start ``>= start``: the stream must be positioned at
+    ``start - 1`` (see ``open_piece``) and the line through the next ``\\n`` is dropped.
+    """
+
+    def __init__(
+        self,
+        stream,
+        start: int,
+        *,
+        max_line_bytes: int,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self._stream = stream
+        self._start = start
+        self._limit = max_line_bytes
+        self._chunk = chunk_bytes
+        self.pos = start
+        self.bom = 0  # 3 once a byte-order mark was dropped at offset 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
+        read = self._stream.read
+        limit = self._limit
+        if self._start > 0:
+            pos = self._start - 1
+            drop = True  # the partial line before the first line start >= start
+        else:
+            pos = 0
+            drop = False
+        bom = 0
+        carry = b""  # the current (unfinished) line, while it is within the limit
+        long_len = -1  # length so far of the current line once over the limit, else -1
+        long_head = b""  # its first HEAD_BYTES, b"" while it is all whitespace
+        first = pos == 0
+        while True:
+            chunk = read(self._chunk)
+            if not chunk:
+                break
+            if first:
+                first = False
+                if chunk.startswith(BOM):
+                    bom = self.bom = 3
+                    chunk = chunk[3:]
+            parts = chunk.split(b"\n")
+            last = parts.pop()
+            if parts:
+                # parts[0] completes the current line
+                head = parts[0]
+                if long_len >= 0:
+                    length = long_len + len(head)
+                    if not long_head and head.strip():
+                        long_head = head[:HEAD_BYTES]
+                    item = (pos, long_head, True)
+                else:
+                    line = carry + head if carry else head
+                    length = len(line)
+                    item = (pos, line, False) if length <= limit else _too_long(pos, line)
+                pos += length + 1 + bom
+                bom = 0
+                carry, long_len, long_head = b"", -1, b""
+                if drop:
+                    drop = False
+                else:
+                    self.pos = pos
+                    yield item
+                for line in parts[1:] if len(parts) > 1 else ():
+                    start = pos
+                    pos += len(line) + 1
+                    self.pos = pos
+                    yield (start, line, False) if len(line) <= limit else _too_long(start, line)
+                carry = last
+            elif long_len >= 0:
+                long_len += len(last)
+                if not long_head and last.strip():
+                    long_head = last[:HEAD_BYTES]
+                continue
+            else:
+                carry = carry + last if carry else last
+            if len(carry) > limit:  # the unfinished line went over the limit: stop keeping it
+                long_len = len(carry)
+                long_head = carry[:HEAD_BYTES] if carry.strip() else b""
+                carry = b""
+        # a last line without a final newline
+        if carry or long_len >= 0:
+            if long_len >= 0:
+                item, length = (pos, long_head, True), long_len
+            else:
+                item, length = (pos, carry, False), len(carry)
+            pos += length + bom
+            if not drop:
+                self.pos = pos
+                yield item
+        elif bom:  # the file is just a BOM
+            pos += bom
+        self.pos = pos
+
+
+def _too_long(start: int, line: bytes) -> tuple[int, bytes, bool]:
+    return (start, line[:HEAD_BYTES] if line.strip() else b"", True)
+
+
+def chunk_size_for(piece: Piece) -> int:
+    """Read size for a piece: smaller for small ranges (they mostly read a little past ``end``)."""
+    if piece.end is None:
+        return CHUNK_BYTES
+    return max(64 * 1024, min(CHUNK_BYTES, piece.end - piece.start + 16 * 1024))
+
+
+def is_blank(line: bytes) -> bool:
+    """Whether a line is whitespace only, as ``str.strip`` sees it after UTF-8 decoding
+    (so ``\\r``, NBSP and ideographic spaces count as whitespace, invalid bytes do not)."""
+    b = line.strip()
+    if not b:
+        return True
+    c = b[0]
+    if c < 0x80 and not 0x1C <= c <= 0x1F:
+        return False  # starts with a visible ASCII character
+    return not line.decode("utf-8", "replace").strip()
+
+
+def decode(
+    data: bytes, *, policy: str, url: str, offset: int, compressed: bool
+) -> tuple[str | None, bool]:
+    """Decode UTF-8 under an ``on_decode_error`` policy: ``(text, replaced)``.
+
+    ``text`` is None when the policy is ``skip`` and the bytes are invalid; ``fail`` raises
+    ``InputError`` naming the file and the byte offset (``offset`` is where ``data`` starts).
+    """
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError as exc:
+        if policy == "replace":
+            return data.decode("utf-8", "replace"), True
+        if policy == "skip":
+            return None, False
+        where = " of the decompressed stream" if compressed else ""
+        raise InputError(
+            f"{url}: invalid UTF-8 at byte offset {offset + exc.start}{where} ({exc.reason}); "
+            "use --on-decode-error replace or skip to continue past such bytes"
+        ) from exc
