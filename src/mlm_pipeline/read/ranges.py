@@ -29,6 +29,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+from itertools import islice
 from typing import BinaryIO, Iterator
 
 from mlm_pipeline import fs
@@ -36,6 +37,9 @@ from mlm_pipeline.read.base import InputError, Piece, compression_of
 
 CHUNK_BYTES = 1 << 20
 """Read size for text-like inputs (one ``read`` + one ``split`` per chunk)."""
+
+MIN_CHUNK_BYTES = 64 * 1024
+"""Read size floor, for small ranges."""
 
 HEAD_BYTES = 64
 """How much of an over-long line is kept (enough to classify it, e.g. as a ``<doc`` line)."""
@@ -212,8 +216,12 @@ class LineReader:
             drop = False
         bom = 0
         carry = b""  # the current (unfinished) line, while it is within the limit
-        long_len = -1  # length so far of the current line once over the limit, else -1
-        long_head = b""  # its first HEAD_BYTES, b"" while it is all whitespace
+        # Once the current line is over the limit: its length so far, its first HEAD_BYTES
+        # and whether it has a non-whitespace byte. These depend only on the line, never on
+        # where chunks were cut, so every range classifies the line the same way.
+        long_len = -1
+        long_head = b""
+        long_text = False
         first = pos == 0
         while True:
             chunk = read(self._chunk)
@@ -221,6 +229,11 @@ class LineReader:
                 break
             if first:
                 first = False
+                while len(chunk) < 3 and BOM.startswith(chunk):  # a short first read
+                    more = read(self._chunk)
+                    if not more:
+                        break
+                    chunk += more
                 if chunk.startswith(BOM):
                     bom = self.bom = 3
                     chunk = chunk[3:]
@@ -231,22 +244,23 @@ class LineReader:
                 head = parts[0]
                 if long_len >= 0:
                     length = long_len + len(head)
-                    if not long_head and head.strip():
-                        long_head = head[:HEAD_BYTES]
-                    item = (pos, long_head, True)
+                    if len(long_head) < HEAD_BYTES:
+                        long_head += head[: HEAD_BYTES - len(long_head)]
+                    long_text = long_text or bool(head.strip())
+                    item = (pos, long_head if long_text else b"", True)
                 else:
                     line = carry + head if carry else head
                     length = len(line)
                     item = (pos, line, False) if length <= limit else _too_long(pos, line)
                 pos += length + 1 + bom
                 bom = 0
-                carry, long_len, long_head = b"", -1, b""
+                carry, long_len = b"", -1
                 if drop:
                     drop = False
                 else:
                     self.pos = pos
                     yield item
-                for line in parts[1:] if len(parts) > 1 else ():
+                for line in islice(parts, 1, None):
                     start = pos
                     pos += len(line) + 1
                     self.pos = pos
@@ -254,19 +268,21 @@ class LineReader:
                 carry = last
             elif long_len >= 0:
                 long_len += len(last)
-                if not long_head and last.strip():
-                    long_head = last[:HEAD_BYTES]
+                if len(long_head) < HEAD_BYTES:
+                    long_head += last[: HEAD_BYTES - len(long_head)]
+                long_text = long_text or bool(last.strip())
                 continue
             else:
                 carry = carry + last if carry else last
             if len(carry) > limit:  # the unfinished line went over the limit: stop keeping it
                 long_len = len(carry)
-                long_head = carry[:HEAD_BYTES] if carry.strip() else b""
+                long_head = carry[:HEAD_BYTES]
+                long_text = bool(carry.strip())
                 carry = b""
         # a last line without a final newline
         if carry or long_len >= 0:
             if long_len >= 0:
-                item, length = (pos, long_head, True), long_len
+                item, length = (pos, long_head if long_text else b"", True), long_len
             else:
                 item, length = (pos, carry, False), len(carry)
             pos += length + bom
@@ -286,7 +302,7 @@ def chunk_size_for(piece: Piece) -> int:
     """Read size for a piece: smaller for small ranges (they mostly read a little past ``end``)."""
     if piece.end is None:
         return CHUNK_BYTES
-    return max(64 * 1024, min(CHUNK_BYTES, piece.end - piece.start + 16 * 1024))
+    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, piece.end - piece.start + MIN_CHUNK_BYTES // 4))
 
 
 def is_blank(line: bytes) -> bool:

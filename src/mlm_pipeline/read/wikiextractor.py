@@ -85,7 +85,7 @@ def _paragraph_docs(
                 title = _title(line)
                 continue
             if inside:
-                if line.strip() == b"</doc>":
+                if not too_long and line.strip() == b"</doc>":
                     yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
                     inside = False
                     continue
