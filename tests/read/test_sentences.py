@@ -36,14 +36,22 @@ def test_separator_inside_a_paragraph_falls_back_without_losing_text():
     assert split_sentences(paragraphs) == [["First part", "second part."], ["Other.", "Text."]]
 
 
-def test_batched_equals_one_call_per_paragraph(sample_dir):
-    text = (sample_dir / "wikiextractor-AA.txt").read_text(encoding="utf-8")
-    paragraphs = [p for p in paragraphs_of(text) if not p.startswith("<")][:400]
-    one_by_one = [
-        [s.strip() for s in blingfire.text_to_sentences(p).split("\n") if s.strip()]
-        for p in paragraphs
-    ]
-    assert split_sentences(paragraphs) == one_by_one
+def test_paragraphs_come_out_as_when_segmented_alone(sample_dir):
+    """One call for a document's paragraphs cuts each paragraph as a call for it alone does."""
+    paragraphs = []
+    for name in ("wikitext2-train-1MB.txt", "wikiextractor-AA.txt"):
+        text = (sample_dir / name).read_text(encoding="utf-8")
+        paragraphs += [p for p in paragraphs_of(text) if not p.startswith("<doc")]
+    alone = [split_sentences([p])[0] for p in paragraphs]
+    batched = []
+    for i in range(0, len(paragraphs), 20):
+        batched += split_sentences(paragraphs[i : i + 20])
+    assert batched == alone
+    assert split_sentences(paragraphs[:300][::-1]) == alone[:300][::-1]
+    # the cases that shaped the joiner: blingfire on its own cuts these
+    assert blingfire.text_to_sentences('or both . ""') == 'or both .\n""'
+    assert split_sentences(['or both . ""', "Next ."]) == [['or both . ""'], ["Next ."]]
+    assert split_sentences(["Fine .", "Dr. Ruy went home ."]) == [["Fine ."], ["Dr. Ruy went home ."]]
 
 
 def test_cjk_full_width_stops_and_closing_quotes(data_dir):
@@ -62,12 +70,12 @@ def test_cjk_full_width_stops_and_closing_quotes(data_dir):
     assert sentences[1] == "此开卷第一回也。"
 
 
-def test_segment_documents_counts_and_batches():
-    docs = [(["One. Two."], False), (["   "], False), (["Three"], True)] * 700
+def test_segment_documents_counts():
+    docs = [(["One. Two."], False), (["   "], False), (["Three", "Four."], True)] * 50
     stats = ReadStats()
-    out = list(segment_documents(iter(docs), stats, batch_docs=64))
-    assert out == [["One.", "Two."], ["Three"]] * 700
-    assert stats.documents_read == 1400
-    assert stats.sentences == 2100
-    assert stats.documents_skipped == {"empty": 700}
-    assert stats.documents_with_replaced_bytes == 700
+    out = list(segment_documents(iter(docs), stats))
+    assert out == [["One.", "Two."], ["Three", "Four."]] * 50
+    assert stats.documents_read == 100
+    assert stats.sentences == 200
+    assert stats.documents_skipped == {"empty": 50}
+    assert stats.documents_with_replaced_bytes == 50
