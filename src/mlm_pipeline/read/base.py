@@ -139,17 +139,19 @@ def _strip_compression_ext(url: str) -> str:
 def read_head(url: str, n: int = SNIFF_BYTES) -> bytes:
     """The first ``n`` bytes of a file, decompressed if its extension names a compression.
 
-    Only the head is decompressed. Raises ``InputError`` if the file is missing or unreadable.
+    Only the head is decompressed. Raises ``InputError`` if the file is missing, unreadable or
+    not valid data of its compression.
     """
     from mlm_pipeline.read.ranges import open_decompressed
 
     with open_decompressed(url, compression_of(url)) as stream:
-        try:
-            return stream.read(n)
-        except (OSError, EOFError, ValueError) as exc:
-            if isinstance(exc, InputError):
-                raise
-            raise InputError(f"{url}: cannot decompress ({exc})") from exc
+        head = stream.read(n)
+        while 0 < len(head) < n:  # a decompressor may return less than asked before the end
+            more = stream.read(n - len(head))
+            if not more:
+                break
+            head += more
+        return head
 
 
 def detect_format(url: str) -> str:
