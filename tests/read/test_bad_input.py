@@ -75,7 +75,9 @@ def test_nul_bytes_skip_the_document_as_binary(tmp_path):
     assert docs == [["ok one"], ["ok two"]]
     assert stats.documents_skipped == {"binary": 1}
     wiki = tmp_path / "nul.wiki"
-    wiki.write_bytes(b'<doc id="1" title="A">\nx\x00y\n</doc>\n<doc id="2" title="B">\nFine.\n</doc>\n')
+    wiki.write_bytes(
+        b'<doc id="1" title="A">\nx\x00y\n</doc>\n<doc id="2" title="B">\nFine.\n</doc>\n'
+    )
     docs, stats = read_whole(wiki, "wikiextractor")
     assert docs == [["Fine."]]
     assert stats.documents_skipped == {"binary": 1}
@@ -105,7 +107,9 @@ def test_empty_and_whitespace_only_documents(tmp_path):
     assert docs == [["real"]]  # whitespace-only lines are separators, not documents
     assert not stats.documents_skipped
     jsonl = tmp_path / "ws.jsonl"
-    jsonl.write_text('{"text": ""}\n{"text": " \\n\\r\\n\\t"}\n{"text": "\\u3000"}\n{"text": "x"}\n')
+    jsonl.write_text(
+        '{"text": ""}\n{"text": " \\n\\r\\n\\t"}\n{"text": "\\u3000"}\n{"text": "x"}\n'
+    )
     docs, stats = read_whole(jsonl, "jsonl")
     assert docs == [["x"]]
     assert stats.documents_skipped == {"empty": 3}

@@ -63,7 +63,7 @@ def test_sniff(tmp_path, sample_dir, data_dir):
     noise.write_bytes(bytes(range(1, 256)) * 40)
     assert "control characters or invalid UTF-8" in sniff(str(noise))
     latin1 = tmp_path / "latin1.txt"
-    latin1.write_bytes("Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e, na\u00efve.\n".encode("latin-1") * 50)
+    latin1.write_bytes("Café crème brûlée, naïve.\n".encode("latin-1") * 50)
     assert sniff(str(latin1)) is None  # a few invalid bytes: still text (decode policy applies)
     gz_text = tmp_path / "t.txt.gz"
     gz_text.write_bytes(gzip.compress((sample_dir / "sample_text.txt").read_bytes()))

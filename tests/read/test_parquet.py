@@ -77,7 +77,8 @@ def test_nulls_empties_nul_and_invalid_utf8(tmp_path):
     assert docs == [["Good.", "Two."], ["bad \ufffd byte."], ["Last."]]
     assert stats.documents_skipped == {"bad_record": 1, "empty": 1, "binary": 1}
     assert stats.documents_with_replaced_bytes == 1
-    docs, stats = read_whole(path, "parquet", ReadOptions(text_field="body", on_decode_error="skip"))
+    skip = ReadOptions(text_field="body", on_decode_error="skip")
+    docs, stats = read_whole(path, "parquet", skip)
     assert docs == [["Good.", "Two."], ["Last."]]
     assert stats.documents_skipped["invalid_utf8"] == 1
     with pytest.raises(InputError, match=r"b\.parquet: invalid UTF-8 in column 'body', row 4"):
@@ -86,7 +87,8 @@ def test_nulls_empties_nul_and_invalid_utf8(tmp_path):
 
 def test_large_string_and_empty_file(tmp_path):
     path = tmp_path / "l.parquet"
-    pq.write_table(pa.table({"text": pa.array(["Alpha is. Beta is.", "C"], pa.large_string())}), path)
+    column = pa.array(["Alpha is. Beta is.", "C"], pa.large_string())
+    pq.write_table(pa.table({"text": column}), path)
     assert read_whole(path, "parquet")[0] == [["Alpha is.", "Beta is."], ["C"]]
     empty = tmp_path / "e.parquet"
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)

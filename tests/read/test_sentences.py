@@ -51,7 +51,10 @@ def test_paragraphs_come_out_as_when_segmented_alone(sample_dir):
     # the cases that shaped the joiner: blingfire on its own cuts these
     assert blingfire.text_to_sentences('or both . ""') == 'or both .\n""'
     assert split_sentences(['or both . ""', "Next ."]) == [['or both . ""'], ["Next ."]]
-    assert split_sentences(["Fine .", "Dr. Ruy went home ."]) == [["Fine ."], ["Dr. Ruy went home ."]]
+    assert split_sentences(["Fine .", "Dr. Ruy went home ."]) == [
+        ["Fine ."],
+        ["Dr. Ruy went home ."],
+    ]
 
 
 def test_cjk_full_width_stops_and_closing_quotes(data_dir):

@@ -16,7 +16,7 @@ import re
 from typing import Iterator
 
 from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import LineReader, chunk_size_for, consumed_bytes, decode, open_piece
+from mlm_pipeline.read.ranges import consumed_bytes, decode, open_piece, piece_lines
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
 
@@ -36,9 +36,7 @@ def _paragraph_docs(
     policy = options.on_decode_error
     compressed = piece.compression is not None
     stream = open_piece(piece)
-    lines = LineReader(
-        stream, piece.start, max_line_bytes=options.max_line_bytes, chunk_bytes=chunk_size_for(piece)
-    )
+    lines = piece_lines(stream, piece, options.max_line_bytes)
     span_start = None
     span_end = None
     try:

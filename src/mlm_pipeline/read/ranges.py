@@ -400,6 +400,13 @@ def _too_long(start: int, line: bytes) -> tuple[int, bytes, bool]:
     return (start, line[:HEAD_BYTES] if line.strip() else b"", True)
 
 
+def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
+    """The ``LineReader`` of a piece opened with ``open_piece``."""
+    return LineReader(
+        stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=chunk_size_for(piece)
+    )
+
+
 def chunk_size_for(piece: Piece) -> int:
     """Read size for a piece: smaller for small ranges (they mostly read a little past ``end``)."""
     if piece.end is None:

@@ -12,12 +12,11 @@ from typing import Iterator
 
 from mlm_pipeline.read.base import Piece, ReadOptions
 from mlm_pipeline.read.ranges import (
-    LineReader,
-    chunk_size_for,
     consumed_bytes,
     decode,
     is_blank,
     open_piece,
+    piece_lines,
 )
 from mlm_pipeline.stats import ReadStats
 
@@ -83,9 +82,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
     """Documents owned by ``piece`` of a text-format file, each a list of stripped lines."""
     end = piece.end
     stream = open_piece(piece)
-    lines = LineReader(
-        stream, piece.start, max_line_bytes=options.max_line_bytes, chunk_bytes=chunk_size_for(piece)
-    )
+    lines = piece_lines(stream, piece, options.max_line_bytes)
     span_start = 0
     span_end = None
     try:

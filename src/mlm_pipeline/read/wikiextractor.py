@@ -17,11 +17,10 @@ from typing import Iterator
 
 from mlm_pipeline.read.base import Piece, ReadOptions
 from mlm_pipeline.read.ranges import (
-    LineReader,
-    chunk_size_for,
     consumed_bytes,
     is_blank,
     open_piece,
+    piece_lines,
 )
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.read.text import DocumentBuffer, decode_document
@@ -51,9 +50,7 @@ def _paragraph_docs(
 ) -> Iterator[tuple[list[str], bool]]:
     end = piece.end
     stream = open_piece(piece)
-    lines = LineReader(
-        stream, piece.start, max_line_bytes=options.max_line_bytes, chunk_bytes=chunk_size_for(piece)
-    )
+    lines = piece_lines(stream, piece, options.max_line_bytes)
     span_start = 0
     span_end = None
     try:
@@ -107,7 +104,9 @@ def _paragraph_docs(
         stream.close()
 
 
-def _emit(taken, title, first_part, piece, options, stats, lines) -> Iterator[tuple[list[str], bool]]:
+def _emit(
+    taken, title, first_part, piece, options, stats, lines
+) -> Iterator[tuple[list[str], bool]]:
     raw_lines, start, too_long = taken
     if not raw_lines:
         stats.skip("empty")
