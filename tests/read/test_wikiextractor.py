@@ -68,5 +68,9 @@ def test_malformed_blocks_and_stray_text(tmp_path):
 
 def test_title_line_dropped_only_when_it_matches(tmp_path):
     path = tmp_path / "wiki.txt"
-    path.write_text(HEADER.format(i=1, t="Alpha") + "Not the title.\nAlpha\n</doc>\n")
-    assert read_whole(path, "wikiextractor")[0] == [["Not the title.", "Alpha"]]
+    path.write_text(
+        HEADER.format(i=1, t="Alpha")
+        + "Not the title.\nAlpha\n</doc>\n"
+        + '<doc id="2" title="Tom &amp; &quot;Jerry&quot;" url="x">\nTom & "Jerry"\nText.\n</doc>\n'
+    )
+    assert read_whole(path, "wikiextractor")[0] == [["Not the title.", "Alpha"], ["Text."]]

@@ -19,7 +19,8 @@ from mlm_pipeline.read.ranges import open_decompressed
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
 
-BATCH_ROWS = 1024
+BATCH_ROWS = 256
+"""Rows per record batch: memory is one row group's compressed text column plus a batch."""
 
 
 def read_parquet(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:

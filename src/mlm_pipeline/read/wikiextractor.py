@@ -26,7 +26,8 @@ from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.read.text import DocumentBuffer, decode_document
 from mlm_pipeline.stats import ReadStats
 
-_TITLE = re.compile(rb'\stitle="(.*)"\s*>\s*$')
+_TITLE = re.compile(rb'\stitle="([^"]*)"')
+# (a title holding a quote must be HTML-escaped in the attribute; it is unescaped to compare)
 
 
 def is_doc_start(line: bytes) -> bool:
