@@ -267,3 +267,28 @@ def test_pieces_do_not_read_much_past_their_end(tmp_path, monkeypatch):
     docs = read_cuts_range(path, 500_000, 500_100, ReadOptions())
     assert docs == expected and len(expected) == 6
     assert sum(reads) <= 2 * ranges.MIN_CHUNK_BYTES
+
+
+def test_non_local_filesystem_through_fsspec(corpus):
+    """Files are opened through fsspec: an in-memory filesystem reads like local disk."""
+    import fsspec
+
+    from mlm_pipeline.read.base import detect_format, iter_documents
+    from mlm_pipeline.stats import ReadStats
+
+    path, fmt, (docs, stats) = corpus["wikiextractor"]
+    url = "memory://corpus/wiki_00"
+    mem = fsspec.filesystem("memory")
+    mem.pipe(url, path.read_bytes())
+    try:
+        assert detect_format(url) == "wikiextractor"
+        got_stats = ReadStats()
+        got = [
+            d
+            for p in split_file(url, fmt, mem.size(url), 100_000)
+            for d in iter_documents(p, ReadOptions(), got_stats)
+        ]
+        assert got == docs
+        assert got_stats.to_dict() == stats.to_dict()
+    finally:
+        mem.rm(url)
