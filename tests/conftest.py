@@ -50,3 +50,18 @@ def wikitext_docs(tok):
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return DATA

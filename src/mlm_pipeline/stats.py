@@ -13,7 +13,9 @@ class ReadStats:
     Reasons used by the readers: ``empty`` (a document with no text), ``invalid_utf8`` (with
     ``--on-decode-error skip``), ``binary`` (NUL bytes), ``line_too_long`` (a line over
     ``--max-line-bytes``), ``bad_record`` (JSONL line that is not a JSON object, or a record
-    without the text field), ``no_tokens`` (every sentence tokenised to nothing).
+    without the text field; a null Parquet value), ``outside_doc`` (a run of non-blank lines
+    outside any ``<doc>`` block of a WikiExtractor file), ``no_tokens`` (every sentence
+    tokenised to nothing).
     """
 
     documents_read: int = 0

@@ -1,0 +1,111 @@
+"""JSON lines: one JSON object per line, the document text in ``options.text_field``.
+
+The text is split into paragraphs at line boundaries, then into sentences
+(``sentences.split_sentences``). Blank lines are not records. A line that is not a JSON object,
+or whose text field is missing or not a string, is skipped as ``bad_record``; a text that is
+empty or whitespace only as ``empty``; a text with NUL characters (raw bytes or ``\\u0000``) as
+``binary``; an over-long line as ``line_too_long``. Invalid UTF-8 — raw, or lone surrogates
+written as ``\\udXXX`` escapes — follows ``options.on_decode_error``.
+A byte range owns the lines that start in it (see ``ranges.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterator
+
+from mlm_pipeline.read.base import InputError, Piece, ReadOptions
+from mlm_pipeline.read.ranges import consumed_bytes, decode, open_piece, piece_lines
+from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
+from mlm_pipeline.stats import ReadStats
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: these are lone
+
+
+def read_jsonl(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+    """Documents owned by ``piece`` of a JSONL file, each a list of sentences."""
+    return segment_documents(_paragraph_docs(piece, options, stats), stats)
+
+
+def _paragraph_docs(
+    piece: Piece, options: ReadOptions, stats: ReadStats
+) -> Iterator[tuple[list[str], bool]]:
+    end = piece.end
+    field = options.text_field
+    policy = options.on_decode_error
+    compressed = piece.compression is not None
+    stream = open_piece(piece)
+    lines = piece_lines(stream, piece, options.max_line_bytes)
+    span_start = None
+    span_end = None
+    try:
+        for start, line, too_long in lines:
+            if span_start is None:
+                span_start = 0 if piece.start == 0 else start
+            if end is not None and start >= end:
+                span_end = start
+                return
+            if too_long:
+                if line:
+                    stats.skip("line_too_long")
+                continue
+            if not line.strip():
+                continue
+            if b"\x00" in line:
+                stats.skip("binary")
+                continue
+            offset = start + (lines.bom if start == 0 else 0)
+            text, replaced = decode(
+                line, policy=policy, url=piece.url, offset=offset, compressed=compressed
+            )
+            if text is None:
+                stats.skip("invalid_utf8")
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError:
+                stats.skip("bad_record")
+                continue
+            value = record.get(field) if isinstance(record, dict) else None
+            if not isinstance(value, str):
+                stats.skip("bad_record")
+                continue
+            if b"\\u" in line or b"\\U" in line:  # escapes may hide NUL or lone surrogates
+                if "\x00" in value:
+                    stats.skip("binary")
+                    continue
+                value, bad = _check_surrogates(value, policy, piece.url, offset)
+                if value is None:
+                    stats.skip("invalid_utf8")
+                    continue
+                replaced = replaced or bad
+            paragraphs = paragraphs_of(value)
+            if not paragraphs:
+                stats.skip("empty")
+                continue
+            yield paragraphs, replaced
+    finally:
+        if span_start is None:
+            span_start = 0 if piece.start == 0 else lines.pos
+        if span_end is None:
+            span_end = lines.pos
+        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
+        stream.close()
+
+
+def _check_surrogates(value: str, policy: str, url: str, offset: int) -> tuple[str | None, bool]:
+    """A string decoded from JSON may hold lone surrogates (``"\\ud800"``), which are not
+    Unicode text: treat them like invalid UTF-8."""
+    try:
+        value.encode("utf-8")
+        return value, False
+    except UnicodeEncodeError as exc:
+        if policy == "replace":
+            return _SURROGATE.sub("\ufffd", value), True
+        if policy == "skip":
+            return None, False
+        raise InputError(
+            f"{url}: lone surrogate escape in the JSON record at byte offset {offset} "
+            f"({exc.reason}); use --on-decode-error replace or skip to continue past it"
+        ) from exc

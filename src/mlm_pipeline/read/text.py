@@ -1,0 +1,138 @@
+"""Google BERT text format: one sentence per line, a blank line between documents.
+
+Like google-research/bert ``create_pretraining_data.py``, each line is stripped and a line that
+is empty after stripping (whitespace only, ``\\r`` included) ends the current document; runs of
+blank lines are only separators. Which documents a byte range owns: see ``ranges.py``.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Iterator
+
+from mlm_pipeline.read.base import Piece, ReadOptions
+from mlm_pipeline.read.ranges import (
+    consumed_bytes,
+    decode,
+    is_blank,
+    open_piece,
+    piece_lines,
+)
+from mlm_pipeline.stats import ReadStats
+
+
+class DocumentBuffer:
+    """The raw lines of the document being read, with what is already known to be wrong."""
+
+    __slots__ = ("lines", "start", "size", "too_long")
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.start = 0
+        self.size = 0
+        self.too_long = False
+
+    def add(self, start: int, line: bytes, too_long: bool) -> None:
+        if not self.lines:
+            self.start = start
+        self.lines.append(line)
+        self.size += len(line) + 1
+        self.too_long = self.too_long or too_long
+
+    def take(self) -> tuple[list[bytes], int, bool]:
+        out = (self.lines, self.start, self.too_long)
+        self.lines, self.size, self.too_long = [], 0, False
+        return out
+
+
+def decode_document(
+    lines: list[bytes],
+    start: int,
+    too_long: bool,
+    *,
+    piece: Piece,
+    options: ReadOptions,
+    stats: ReadStats,
+    bom: int = 0,
+) -> tuple[str, bool] | None:
+    """The document's text (one ``decode`` for all its lines) and whether bytes were replaced,
+    or None after counting why it is skipped (``line_too_long``, ``binary``, ``invalid_utf8``).
+    """
+    if too_long:
+        stats.skip("line_too_long")
+        return None
+    data = b"\n".join(lines)
+    if b"\x00" in data:
+        stats.skip("binary")
+        return None
+    text, replaced = decode(
+        data,
+        policy=options.on_decode_error,
+        url=piece.url,
+        offset=start + (bom if start == 0 else 0),
+        compressed=piece.compression is not None,
+    )
+    if text is None:
+        stats.skip("invalid_utf8")
+        return None
+    return text, replaced
+
+
+def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines."""
+    end = piece.end
+    stream = open_piece(piece)
+    lines = piece_lines(stream, piece, options.max_line_bytes)
+    span_start = 0
+    span_end = None
+    try:
+        it = iter(lines)
+        if piece.start > 0:
+            # lines before the first blank line belong to a document owned by an earlier range
+            for first in it:
+                if (not first[1]) if first[2] else is_blank(first[1]):
+                    break
+            else:
+                span_start = span_end = lines.pos
+                return
+            span_start = first[0]
+            it = chain([first], it)
+        doc = DocumentBuffer()
+        limit = options.max_document_bytes
+        for start, line, too_long in it:
+            if (not line) if too_long else is_blank(line):
+                if doc.lines:
+                    yield from _emit(doc.take(), piece, options, stats, lines.bom)
+                if end is not None and start >= end:
+                    span_end = start
+                    return
+                continue
+            if doc.lines and doc.size + len(line) > limit:
+                yield from _emit(doc.take(), piece, options, stats, lines.bom)
+            doc.add(start, line, too_long)
+        if doc.lines:
+            yield from _emit(doc.take(), piece, options, stats, lines.bom)
+    finally:
+        if span_end is None:
+            span_end = lines.pos
+        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
+        stream.close()
+
+
+def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
+    lines, start, too_long = taken
+    decoded = decode_document(
+        lines, start, too_long, piece=piece, options=options, stats=stats, bom=bom
+    )
+    if decoded is None:
+        return
+    text, replaced = decoded
+    sents = [s for s in (line.strip() for line in text.split("\n")) if s]
+    if not sents:
+        stats.skip("empty")
+        return
+    stats.documents_read += 1
+    stats.sentences += len(sents)
+    if replaced:
+        stats.documents_with_replaced_bytes += 1
+    yield sents

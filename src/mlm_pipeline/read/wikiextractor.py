@@ -1,0 +1,125 @@
+"""WikiExtractor output: ``<doc id=… url=… title=…>`` … ``</doc>`` blocks, one article each.
+
+Inside a block every non-blank line is a paragraph; the first one is dropped when it repeats the
+``title`` attribute (WikiExtractor writes the title as the first line); paragraphs are split
+into sentences by ``sentences.split_sentences``. A block ends at ``</doc>``, at the next
+``<doc`` line (a missing ``</doc>``) or at the end of the file. Non-blank text outside any block
+is not used and is counted as skipped ``outside_doc`` (once per run of lines).
+Which blocks a byte range owns: see ``ranges.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from itertools import chain
+from typing import Iterator
+
+from mlm_pipeline.read.base import Piece, ReadOptions
+from mlm_pipeline.read.ranges import (
+    consumed_bytes,
+    is_blank,
+    open_piece,
+    piece_lines,
+)
+from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
+from mlm_pipeline.read.text import DocumentBuffer, decode_document
+from mlm_pipeline.stats import ReadStats
+
+_TITLE = re.compile(rb'\stitle="([^"]*)"')
+# (a title holding a quote must be HTML-escaped in the attribute; it is unescaped to compare)
+
+
+def is_doc_start(line: bytes) -> bool:
+    return line.startswith(b"<doc ") or line.startswith(b"<doc>")
+
+
+def _title(header: bytes) -> str | None:
+    m = _TITLE.search(header)
+    return m.group(1).decode("utf-8", "replace").strip() if m else None
+
+
+def read_wikiextractor(
+    piece: Piece, options: ReadOptions, stats: ReadStats
+) -> Iterator[list[str]]:
+    """Documents owned by ``piece`` of a WikiExtractor file, each a list of sentences."""
+    return segment_documents(_paragraph_docs(piece, options, stats), stats)
+
+
+def _paragraph_docs(
+    piece: Piece, options: ReadOptions, stats: ReadStats
+) -> Iterator[tuple[list[str], bool]]:
+    end = piece.end
+    stream = open_piece(piece)
+    lines = piece_lines(stream, piece, options.max_line_bytes)
+    span_start = 0
+    span_end = None
+    try:
+        it = iter(lines)
+        if piece.start > 0:
+            # everything before the first <doc line belongs to an earlier range
+            for first in it:
+                if is_doc_start(first[1]):
+                    break
+            else:
+                span_start = span_end = lines.pos
+                return
+            span_start = first[0]
+            it = chain([first], it)
+        doc = DocumentBuffer()
+        title: str | None = None
+        inside = False
+        in_stray = False
+        first_part = True
+        limit = options.max_document_bytes
+        for start, line, too_long in it:
+            if is_doc_start(line):
+                if inside:  # the previous block had no </doc>
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+                if end is not None and start >= end:
+                    span_end = start
+                    return
+                inside, in_stray, first_part = True, False, True
+                title = _title(line)
+                continue
+            if inside:
+                if not too_long and line.strip() == b"</doc>":
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+                    inside = False
+                    continue
+                if doc.lines and doc.size + len(line) > limit:
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+                    first_part = False
+                doc.add(start, line, too_long)
+            elif (not line) if too_long else is_blank(line):
+                in_stray = False
+            elif not in_stray:
+                stats.skip("outside_doc")
+                in_stray = True
+        if inside:
+            yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+    finally:
+        if span_end is None:
+            span_end = lines.pos
+        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
+        stream.close()
+
+
+def _emit(
+    taken, title, first_part, piece, options, stats, lines
+) -> Iterator[tuple[list[str], bool]]:
+    raw_lines, start, too_long = taken
+    if not raw_lines:
+        stats.skip("empty")
+        return
+    decoded = decode_document(
+        raw_lines, start, too_long, piece=piece, options=options, stats=stats, bom=lines.bom
+    )
+    if decoded is None:
+        return
+    text, replaced = decoded
+    paragraphs = paragraphs_of(text)
+    if first_part and paragraphs and title is not None:
+        if paragraphs[0] == title or paragraphs[0] == html.unescape(title):
+            del paragraphs[0]
+    yield paragraphs, replaced

@@ -1,0 +1,52 @@
+"""Small helpers shared by the reader tests."""
+
+from __future__ import annotations
+
+import os
+
+from mlm_pipeline.read.base import Piece, ReadOptions, iter_documents
+from mlm_pipeline.read.ranges import split_file
+from mlm_pipeline.stats import ReadStats
+
+
+def read_whole(path, fmt: str, options: ReadOptions | None = None, **piece_kw):
+    stats = ReadStats()
+    docs = list(iter_documents(Piece(str(path), fmt, **piece_kw), options or ReadOptions(), stats))
+    return docs, stats
+
+
+def read_pieces(pieces, options: ReadOptions | None = None):
+    stats = ReadStats()
+    docs = []
+    for piece in pieces:
+        docs.extend(iter_documents(piece, options or ReadOptions(), stats))
+    return docs, stats
+
+
+def read_split(path, fmt: str, split_bytes: int, options: ReadOptions | None = None):
+    path = str(path)
+    return read_pieces(split_file(path, fmt, os.path.getsize(path), split_bytes), options)
+
+
+def read_cuts(path, fmt: str, cuts, options: ReadOptions | None = None):
+    """Read a file through arbitrary byte ranges ending at the sorted ``cuts``."""
+    path = str(path)
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < os.path.getsize(path)))]
+    pieces = [Piece(path, fmt, s, e) for s, e in zip(bounds, bounds[1:] + [None])]
+    return read_pieces(pieces, options)
+
+
+def text_oracle(data: str) -> list[list[str]]:
+    """Documents of a BERT text file, as the reference script reads them: strip every line;
+    an empty stripped line ends a document."""
+    docs, cur = [], []
+    for line in data.split("\n"):
+        line = line.strip()
+        if line:
+            cur.append(line)
+        elif cur:
+            docs.append(cur)
+            cur = []
+    if cur:
+        docs.append(cur)
+    return docs

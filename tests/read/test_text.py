@@ -1,0 +1,74 @@
+import pytest
+
+from mlm_pipeline.read.base import ReadOptions
+
+from .helpers import read_whole, text_oracle
+
+
+def test_sample_text_documents(sample_dir):
+    path = sample_dir / "sample_text.txt"
+    docs, stats = read_whole(path, "text")
+    # the file has 3 blank-line-separated documents and 31 non-blank lines
+    assert len(docs) == 3
+    assert [len(d) for d in docs] == [3, 13, 15]
+    assert docs[0][0] == (
+        "This text is included to make sure Unicode is handled properly: 力加勝北区ᴵᴺᵀᵃছজটডণত"
+    )
+    assert docs[1][0].startswith("The rain had only ceased with the gray streaks of morning")
+    assert stats.documents_read == 3
+    assert stats.sentences == 31
+    assert stats.bytes_read == path.stat().st_size
+    assert not stats.documents_skipped
+    assert docs == text_oracle(path.read_text(encoding="utf-8"))
+
+
+def test_wikitext_matches_reference_reading(sample_dir):
+    path = sample_dir / "wikitext2-train-1MB.txt"
+    docs, stats = read_whole(path, "text")
+    expected = text_oracle(path.read_text(encoding="utf-8"))
+    assert docs == expected
+    assert len(docs) > 1000
+    assert docs[0] == ["= 2013 – 14 York City F.C. season ="]  # headings are their own document
+    assert stats.bytes_read == path.stat().st_size
+
+
+def test_crlf_line_endings_read_like_lf(sample_dir, tmp_path):
+    data = (sample_dir / "sample_text.txt").read_bytes()
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(data.replace(b"\n", b"\r\n"))
+    assert read_whole(crlf, "text")[0] == read_whole(sample_dir / "sample_text.txt", "text")[0]
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"\n\n  \na\nb\n\n\n\nc\n", [["a", "b"], ["c"]]),  # leading blank lines, runs of blanks
+        (b"a\n \t\r\nb", [["a"], ["b"]]),  # whitespace-only separator, no final newline
+        (b"  a  \n\tb\t\n", [["a", "b"]]),  # lines are stripped
+        ("a\n\u3000\u00a0\nb\n".encode(), [["a"], ["b"]]),  # Unicode whitespace is blank too
+        ("\ufeffa\nb\n".encode(), [["a", "b"]]),  # a byte-order mark is dropped
+        (b"\n \n\n", []),  # only blank lines: no document
+        (b"a\x0cb\n", [["a\x0cb"]]),  # only \n ends a line
+    ],
+)
+def test_small_files(tmp_path, data, expected):
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    docs, stats = read_whole(path, "text")
+    assert docs == expected
+    assert stats.documents_read == len(expected)
+    assert stats.bytes_read == len(data)
+    assert not stats.documents_skipped
+
+
+def test_document_without_separators_is_emitted_in_bounded_parts(tmp_path):
+    lines = [f"sentence number {i} of a file with no blank line." for i in range(2000)]
+    path = tmp_path / "one-doc.txt"
+    path.write_text("\n".join(lines) + "\n")
+    docs, stats = read_whole(path, "text", ReadOptions(max_document_bytes=10_000))
+    assert len(docs) > 5
+    assert [s for d in docs for s in d] == lines  # nothing lost, order kept
+    assert all(sum(len(s) + 1 for s in d) <= 10_000 for d in docs)
+    assert stats.documents_read == len(docs)
+    # the default limit keeps it as one document, as the reference does
+    assert read_whole(path, "text")[0] == [lines]
