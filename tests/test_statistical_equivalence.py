@@ -103,9 +103,9 @@ def test_default_mode_matches_reference_statistics(name, tmp_path, tok):
     # [MASK] / random / kept shares: within 2 points (about 4 standard errors on these sizes)
     for key in ("mask_share", "random_share", "kept_share"):
         assert abs(o[key] - g[key]) < (0.03 if small else 0.02), (key, o[key], g[key])
-    # num_to_predict distribution: same mean within 3%, histograms within 0.06 total variation
+    # num_to_predict distribution: same mean within 3%, 10-bin histograms within 0.06 total variation
     assert abs(o["masked_counts"].mean() / g["masked_counts"].mean() - 1) < 0.03
-    pred_bins = np.arange(0, settings["max_predictions_per_seq"] + 2)
+    pred_bins = np.linspace(0, settings["max_predictions_per_seq"] + 1, 11)  # 10 bins: noise TVD ~0.03
     assert tvd(o["masked_counts"], g["masked_counts"], pred_bins) < (0.12 if small else 0.06)
     # NSP random-next share: within 3 points (5 on the small sample)
     assert abs(o["random_next"] - g["random_next"]) < (0.05 if small else 0.03), (o["random_next"], g["random_next"])

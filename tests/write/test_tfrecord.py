@@ -413,12 +413,6 @@ def test_short_reads_are_completed():
     assert list(iter_tfrecord_records(Trickle(data))) == list(iter_tfrecord_records(io.BytesIO(data)))
 
 
-@pytest.mark.xfail(
-    raises=ImportError,
-    strict=False,
-    reason="mlm_pipeline.fs imports mlm_pipeline.read, whose __init__ imports detect_format, "
-    "which read/base.py does not define yet (skeleton at c1dce91)",
-)
 def test_paths_and_fsspec_urls(tmp_path):
     import fsspec
 
