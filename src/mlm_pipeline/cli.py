@@ -48,6 +48,17 @@ class DecodePolicy(str, Enum):
     fail = "fail"
 
 
+class Objective(str, Enum):
+    nsp = "nsp"
+    packed = "packed"
+    tokens = "tokens"
+
+
+class Masking(str, Enum):
+    static = "static"
+    none = "none"
+
+
 class Executor(str, Enum):
     local = "local"
     ray = "ray"
@@ -127,6 +138,20 @@ def prepare(
     short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Probability that a document's target length is drawn uniformly from [2, max_seq_length-3]."),
     random_seed: int = typer.Option(12345, "--random-seed", help="Global seed; each task derives its own from (seed, task id), so output never depends on worker count."),
     do_whole_word_mask: bool = typer.Option(False, "--do-whole-word-mask/--no-do-whole-word-mask", help="Mask whole words (a token and its ## continuations) together; never part of a word."),
+    objective: Objective = typer.Option(
+        Objective.nsp, "--objective",
+        help="nsp: BERT sentence pairs with next-sentence labels (Google's algorithm). "
+        "packed: RoBERTa FULL-SENTENCES, whole sentences packed up to --max-seq-length across document "
+        "boundaries ([SEP] between documents), no NSP. tokens: the token stream cut into windows of "
+        "--max-seq-length, for masking at load time.",
+    ),
+    masking: Optional[Masking] = typer.Option(
+        None, "--masking",
+        help="static: mask now (--masked-lm-prob, 80/10/10, --do-whole-word-mask), as BERT's TFRecords. "
+        "none: leave masking to the training loader (mlm_pipeline.torch collator). "
+        "Default: static, except none for --objective tokens.",
+        show_default=False,
+    ),
     reference: bool = typer.Option(
         False, "--reference",
         help="Reproduce create_pretraining_data.py exactly, per input file (same instances, order and masks "
@@ -179,6 +204,8 @@ def prepare(
             "short_seq_prob": short_seq_prob,
             "random_seed": random_seed,
             "do_whole_word_mask": do_whole_word_mask,
+            "objective": objective.value,
+            "masking": masking.value if masking else None,
             "reference": reference,
             "format": fmt.value,
             "workers": workers,

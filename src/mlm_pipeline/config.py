@@ -57,6 +57,8 @@ class PrepareConfig(BaseModel):
     on_decode_error: DecodePolicy = "replace"
     max_line_bytes: Size = Field(default=1 << 20, ge=1024)
 
+    objective: Literal["nsp", "packed", "tokens"] = "nsp"
+    masking: Literal["static", "none"] | None = None  # None: static, but none for "tokens"
     reference: bool = False
     max_seq_length: int = Field(default=128, ge=8, le=8192)
     max_predictions_per_seq: int = Field(default=20, ge=1)
@@ -76,8 +78,18 @@ class PrepareConfig(BaseModel):
     ray_address: str | None = None
     progress: bool = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_masking(cls, data):
+        if isinstance(data, dict) and data.get("masking") is None:
+            data = dict(data)
+            data["masking"] = "none" if data.get("objective") == "tokens" else "static"
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "PrepareConfig":
+        if self.reference and (self.objective != "nsp" or self.masking != "static"):
+            raise ValueError("--reference reproduces Google's NSP data: it needs --objective nsp with static masking")
         if self.max_predictions_per_seq > self.max_seq_length:
             raise ValueError(
                 f"max_predictions_per_seq ({self.max_predictions_per_seq}) cannot exceed "

@@ -107,7 +107,8 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, markers: lis
         "version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "format": config.format,
-        "objective": "nsp",
+        "objective": config.objective,
+        "masking": config.masking,
         "reference_mode": config.reference,
         "config": config.output_settings(),
         "output_fingerprint": record["output_fingerprint"],
@@ -163,4 +164,5 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
             progress.task_done(marker)
     manifest = build_manifest(config, record, plan, markers)
     fs.atomic_write_bytes(fs.join(config.output, MANIFEST), json.dumps(manifest, indent=1).encode())
+    clean_tmp(config.output)
     return manifest

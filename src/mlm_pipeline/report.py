@@ -16,7 +16,7 @@ def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
     top = max(buckets.values())
     total = sum(buckets.values())
     return [
-        f"    {b:>5}-{b + step - 1:<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
+        f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
         for b, v in sorted(buckets.items())
     ]
 

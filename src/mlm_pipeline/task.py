@@ -20,8 +20,9 @@ import numpy as np
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances.batch import InstanceBatch
-from mlm_pipeline.instances.bert_nsp import PairStats, TokenizedDocs, build_nsp_instances
-from mlm_pipeline.masking import MaskingSpec, MaskStats, mask_batch
+from mlm_pipeline.instances.bert_nsp import TokenizedDocs, build_nsp_instances
+from mlm_pipeline.instances.packed import build_single_segment_instances
+from mlm_pipeline.masking import MaskingSpec, mask_batch
 from mlm_pipeline.plan import Task
 from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.stats import ReadStats, merge_counts
@@ -104,18 +105,31 @@ def _process_block(
     if len(docs.doc_sentences) == 0:
         return
     rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
-    batch, pair_stats = build_nsp_instances(
-        docs,
-        max_seq_length=config.max_seq_length,
-        short_seq_prob=config.short_seq_prob,
-        dupe_factor=config.dupe_factor,
-        cls_id=tok.special.cls,
-        sep_id=tok.special.sep,
-        rng=rng,
-    )
-    batch, mask_stats = mask_batch(batch, masking_spec(config, tok), rng)
+    if config.objective == "nsp":
+        batch, pair_stats = build_nsp_instances(
+            docs,
+            max_seq_length=config.max_seq_length,
+            short_seq_prob=config.short_seq_prob,
+            dupe_factor=config.dupe_factor,
+            cls_id=tok.special.cls,
+            sep_id=tok.special.sep,
+            rng=rng,
+        )
+        pairs = pair_stats.to_dict()
+    else:
+        # one packing, masked dupe_factor times (each copy with its own mask)
+        once = build_single_segment_instances(
+            docs, objective=config.objective, max_seq_length=config.max_seq_length,
+            cls_id=tok.special.cls, sep_id=tok.special.sep,
+        )
+        batch = InstanceBatch.concat([once] * config.dupe_factor)
+        pairs = {"instances": len(batch)}
+    mask_stats = {}
+    if config.masking == "static":
+        batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
+        mask_stats = masked.to_dict()
     batch = batch.take(rng.permutation(len(batch)))
-    block_stats.add(batch, pair_stats.to_dict(), mask_stats.to_dict(), len(docs.ids))
+    block_stats.add(batch, pairs, mask_stats, len(docs.ids))
     sink.write(batch)
 
 
