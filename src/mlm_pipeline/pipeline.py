@@ -133,7 +133,7 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
     tok = load_tokenizer(config.tokenizer, config.do_lower_case)  # fail early on a bad tokenizer
     plan = plan_tasks(config)
     for s in plan.skipped_files:
-        log.warning("skipping %s: %s", s["path"], s["reason"])
+        log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = _run_record(config, tok.fingerprint, plan)
     _check_or_start_run(config, record)
     clean_tmp(config.output)

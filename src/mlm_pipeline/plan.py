@@ -82,7 +82,7 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         except OSError as exc:
             raise InputError(f"cannot read {url}: {exc}") from exc
         if reason:
-            skipped.append({"path": url, "reason": reason})
+            skipped.append({"path": url, "reason": "binary", "detail": reason})
             continue
         fmt = detect_format(url) if config.input_format == "auto" else config.input_format
         # reference mode reads each file whole, like the reference script
@@ -113,6 +113,6 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         group_bytes += nbytes
     flush()
     if not tasks:
-        detail = ", ".join(f"{s['path']} ({s['reason']})" for s in skipped)
+        detail = ", ".join(f"{s['path']} ({s.get('detail', s['reason'])})" for s in skipped)
         raise InputError("no usable input: every input file was skipped: " + detail)
     return Plan(tasks=tasks, files=files, skipped_files=skipped)

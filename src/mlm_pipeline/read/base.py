@@ -190,7 +190,7 @@ def sniff(url: str) -> str | None:
     """A reason string if ``url`` looks like a binary (non-text) file, else None.
 
     Reads only the first ~8 KB (decompressing only that much for a compressed file). Parquet
-    files (by extension) are never flagged. Flags NUL bytes, or a head where more than 30% of the
+    files (by extension) are never flagged. Flags more than 1% NUL bytes (at least 2), or a head where more than 30% of the
     characters are control characters or invalid UTF-8, and names common binary signatures
     (Parquet, gzip, zstd, ...) when the file extension does not say so.
     """
@@ -201,8 +201,11 @@ def sniff(url: str) -> str | None:
     if not head:
         return None
     hint = _signature_hint(head)
-    if b"\x00" in head:
-        return f"NUL bytes in the first {len(head)} bytes{hint}"
+    nuls = head.count(b"\x00")
+    # a stray NUL in a text file costs one document (skipped as "binary" by the reader); many
+    # NULs mean the file is not text at all
+    if nuls > max(1, len(head) // 100):
+        return f"{nuls} NUL bytes in the first {len(head)} bytes{hint}"
     text = head.decode("utf-8", "replace")
     if len(head) == SNIFF_BYTES:  # the head may end inside a character
         text = text[:-1] if text.endswith("\ufffd") else text

@@ -38,7 +38,7 @@ def _paragraph_docs(
     policy = options.on_decode_error
     with open_decompressed(piece.url, None) as f:
         try:
-            pf = pq.ParquetFile(f)
+            pf = pq.ParquetFile(f, pre_buffer=False)
         except Exception as exc:  # ArrowInvalid / OSError on a bad footer
             raise InputError(f"{piece.url}: not a readable Parquet file ({exc})") from exc
         schema = pf.schema_arrow

@@ -94,5 +94,7 @@ class ParquetShardWriter:
 def read_parquet(url: str) -> InstanceBatch:
     from mlm_pipeline.fs import open_url
 
+    # no Arrow thread pools: they can abort the interpreter at exit (apache/arrow#34314), and a
+    # shard is decoded fast enough on the calling thread
     with open_url(url) as f:
-        return table_to_batch(pq.read_table(f))
+        return table_to_batch(pq.read_table(f, use_threads=False, pre_buffer=False))
