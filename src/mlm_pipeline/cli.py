@@ -15,7 +15,6 @@ from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 
 from mlm_pipeline import __version__
@@ -223,7 +222,7 @@ def prepare(
             param_of = {"format": "fmt", "split_bytes": "split_size", "block_bytes": "block_size"}
             for key, value in load_config_file(str(config_file)).items():
                 source = ctx.get_parameter_source(param_of.get(key, key))
-                if source is None or source == click.core.ParameterSource.DEFAULT:
+                if source is None or source.name == "DEFAULT":  # typer vendors its own click
                     values[key] = [value] if key == "inputs" and isinstance(value, str) else value
         config = build_config(values)
     except (ConfigError, ValueError) as exc:

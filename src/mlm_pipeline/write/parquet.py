@@ -51,10 +51,16 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
     )
 
 
+def _numpy(arr: pa.Array, dtype) -> np.ndarray:
+    """Zero-copy view of a null-free primitive Arrow array (``to_numpy`` would import pandas)."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
 def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks()
-    offsets = arr.offsets.to_numpy().astype(np.int64)
-    values = arr.values.to_numpy()
+    offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
+    values = _numpy(arr.values, np.float32 if pa.types.is_floating(arr.type.value_type) else np.int32)
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]
 
 
@@ -63,7 +69,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     seg, _ = _flat(table.column("segment_ids"))
     pos, moff = _flat(table.column("masked_lm_positions"))
     mids, _ = _flat(table.column("masked_lm_ids"))
-    nsp = table.column("next_sentence_labels").to_numpy()
+    nsp = _numpy(table.column("next_sentence_labels").combine_chunks(), np.int32)
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -94,7 +100,7 @@ class ParquetShardWriter:
 def read_parquet(url: str) -> InstanceBatch:
     from mlm_pipeline.fs import open_url
 
-    # no Arrow thread pools: they can abort the interpreter at exit (apache/arrow#34314), and a
-    # shard is decoded fast enough on the calling thread
+    # ParquetFile, not read_table: the dataset scanner's threads can abort the interpreter at
+    # exit (apache/arrow#34314); a shard decodes fast enough on the calling thread
     with open_url(url) as f:
-        return table_to_batch(pq.read_table(f, use_threads=False, pre_buffer=False))
+        return table_to_batch(pq.ParquetFile(f, pre_buffer=False).read(use_threads=False))
