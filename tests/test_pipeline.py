@@ -164,3 +164,23 @@ def test_tokens_objective_is_unmasked_and_covers_every_token(tmp_path, tok):
     body = np.concatenate([batch.input_ids[batch.offsets[i] + 1 : batch.offsets[i + 1] - 1] for i in range(len(batch))])
     # every token of the text is there once (plus document separators)
     assert len(body[body != tok.special.sep]) == m["totals"]["tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, workers):
+    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KB", "--dupe-factor", "3",
+            "--workers", workers, "--no-progress", "--output", str(tmp_path / "o")]
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and not list((tmp_path / "o").glob("_tasks/*.json")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "manifest.json").exists()
+    done = _cli("prepare", *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tasks"] > 5

@@ -85,13 +85,13 @@ def run_local(
                 yield fut.result()
         _drain(q, on_progress)
     finally:
-        for fut in pending:
-            fut.cancel()
-        # on error or Ctrl-C do not wait for running tasks: their output is uncommitted anyway
-        pool.shutdown(wait=not pending, cancel_futures=True)
         if pending:
-            for p in list(getattr(pool, "_processes", {}).values()):
-                p.terminate()
+            # error or Ctrl-C: stop now; unfinished tasks have committed nothing visible
+            for fut in pending:
+                fut.cancel()
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _drain(q, on_progress: Callable[[dict], None]) -> None:
