@@ -57,8 +57,11 @@ def test_sniff(tmp_path, sample_dir, data_dir):
     assert sniff(str(sample_dir / "wikiextractor-AA.txt")) is None
     assert sniff(str(data_dir / "hongloumeng-300KB.txt")) is None  # CJK text is text
     nul = tmp_path / "nul.txt"
-    nul.write_bytes(b"text\x00text")
+    nul.write_bytes(b"text\x00text\n" * 10)
     assert "NUL bytes" in sniff(str(nul))
+    stray = tmp_path / "stray.txt"
+    stray.write_bytes(b"A text file .\n" * 20 + b"with one stray \x00 byte .\n" + b"More text .\n" * 20)
+    assert sniff(str(stray)) is None  # the reader skips that one document as "binary"
     noise = tmp_path / "noise.txt"
     noise.write_bytes(bytes(range(1, 256)) * 40)
     assert "control characters or invalid UTF-8" in sniff(str(noise))

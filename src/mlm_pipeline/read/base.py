@@ -201,6 +201,8 @@ def sniff(url: str) -> str | None:
     if not head:
         return None
     hint = _signature_hint(head)
+    if hint:  # a known binary container under a text name
+        return f"binary data{hint}"
     nuls = head.count(b"\x00")
     # a stray NUL in a text file costs one document (skipped as "binary" by the reader); many
     # NULs mean the file is not text at all
