@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from mlm_pipeline.torch.collator import IGNORE_INDEX
 from mlm_pipeline.torch.dataset import MLMDataLoader, MLMDataset
 
+_ROW_BUCKET = 128
+
 
 @dataclass
 class TrainConfig:
@@ -84,13 +86,18 @@ def masked_lm_losses(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
         attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"],
     )
-    labels = batch["labels"]
-    selected = labels != IGNORE_INDEX
-    hidden = out.last_hidden_state[selected]  # [masked, H]
-    masked = int(selected.sum())
+    flat_labels = batch["labels"].reshape(-1)
+    where = torch.nonzero(flat_labels != IGNORE_INDEX).squeeze(1)
+    masked = len(where)
     if masked:
+        # Round the number of rows up (padding rows are ignored by the loss): a few distinct
+        # [rows, vocab] shapes let the allocator reuse blocks instead of fragmenting the heap.
+        rows = -(-masked // _ROW_BUCKET) * _ROW_BUCKET
+        where = torch.cat([where, where.new_zeros(rows - masked)])
+        targets = torch.cat([flat_labels[where[:masked]], flat_labels.new_full((rows - masked,), IGNORE_INDEX)])
+        hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])[where]  # [rows, H]
         logits = model.cls.predictions(hidden)
-        mlm = F.cross_entropy(logits.float(), labels[selected])
+        mlm = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
     else:  # a batch of padding samples only: no signal, but keep the graph
         mlm = out.last_hidden_state.sum() * 0.0
     result = {"mlm_loss": mlm, "loss": mlm, "masked": torch.tensor(masked)}
