@@ -322,3 +322,17 @@ def test_windows_bound_what_is_read(parquet_out, monkeypatch):
         rest = sum(1 for _ in ds2)
     assert rest == n - (n // 8 - 1) * 8
     assert len(reads) <= 2 * 64
+
+
+def test_tokenizer_must_be_the_one_that_prepared_the_shards(parquet_out, tmp_path, monkeypatch):
+    prepared = load_prepared(parquet_out)
+    assert prepared.tokenizer_fingerprint
+    assert prepared.tokenizer().vocab_size == 30522
+    with pytest.raises(ValueError, match="not the one that prepared"):
+        prepared.tokenizer(do_lower_case=False)  # another normaliser: another tokenizer
+    manifest = json.loads(open(f"{parquet_out}/manifest.json").read())
+    manifest["config"]["tokenizer"] = "sample/bert-base-uncased-vocab.txt"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="relative to where prepare ran"):
+        load_prepared(str(tmp_path)).tokenizer()

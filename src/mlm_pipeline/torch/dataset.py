@@ -38,6 +38,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -80,6 +81,7 @@ class PreparedOutput:
     objective: str  # "nsp" | "packed" | "tokens"
     masking: str  # "static" | "none"
     config: dict
+    tokenizer_fingerprint: str | None = None
 
     @property
     def has_nsp(self) -> bool:
@@ -103,14 +105,29 @@ class PreparedOutput:
         return hashlib.sha256(blob).hexdigest()
 
     def tokenizer(self, path: str | None = None, do_lower_case: bool | None = None):
-        """The tokenizer recorded in the manifest (or ``path``), loaded with ``load_tokenizer``."""
+        """The tokenizer recorded in the manifest (or ``path``), loaded with ``load_tokenizer``.
+
+        ``ValueError`` if it is not the tokenizer that prepared the shards (the manifest's
+        fingerprint of its vocabulary and settings differs).
+        """
         from mlm_pipeline.tokenize import load_tokenizer
 
-        path = path or self.config.get("tokenizer")
-        if not path:
+        recorded = self.config.get("tokenizer")
+        if not (path or recorded):
             raise ValueError(f"{self.url}: the manifest names no tokenizer; pass one explicitly")
+        if not path and not os.path.exists(recorded):
+            raise ValueError(
+                f"the tokenizer recorded in {self.url}/manifest.json, {recorded!r}, is not found from "
+                f"{os.getcwd()} (a relative path is relative to where prepare ran): pass the tokenizer explicitly"
+            )
         lower = self.config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
-        return load_tokenizer(str(path), bool(lower))
+        tok = load_tokenizer(str(path or recorded), bool(lower))
+        if self.tokenizer_fingerprint and tok.fingerprint != self.tokenizer_fingerprint:
+            raise ValueError(
+                f"tokenizer {path or recorded} (do_lower_case={bool(lower)}) is not the one that prepared "
+                f"{self.url}: its fingerprint differs from the manifest's"
+            )
+        return tok
 
 
 def load_prepared(url: str) -> PreparedOutput:
@@ -136,7 +153,8 @@ def load_prepared(url: str) -> PreparedOutput:
     if masking not in ("static", "none"):
         raise ValueError(f"{manifest_url}: unknown masking {masking!r}")
     return PreparedOutput(url=url, shards=tuple(shards), objective=objective, masking=masking,
-                          config=dict(manifest.get("config", {})))
+                          config=dict(manifest.get("config", {})),
+                          tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
 
 
 # --------------------------------------------------------------------------------------------
