@@ -78,6 +78,7 @@ def test_epochs_reshuffle_and_cover(parquet_out):
         assert sorted(order[0] + order[1]) == list(range(total))
     assert epochs[0] != epochs[1]
     assert all(dl.dataset.epoch == 1 for dl in dls)
+    assert all(dl.state_dict()["epoch"] == 2 and len(dl) == dl.dataset.num_batches_of_epoch(16, 1) for dl in dls)
     # same seed and epoch: same order; other seed: other order
     again = indices(run(loader(parquet_out, rank=0, world=2, workers=1)))
     assert again == epochs[0][0]

@@ -792,6 +792,7 @@ class _CountingIterator:
             batch = next(self._inner)
         except StopIteration:
             owner._finished = True
+            owner._active = False
             raise
         owner._consumed += 1
         return batch
