@@ -1,0 +1,286 @@
+"""Batching samples into model inputs, with static masks or dynamic masking (vectorised torch).
+
+Dynamic masking follows ``create_pretraining_data.py`` per instance: ``k = min(max_predictions,
+max(1, round(length * mlm_probability)))`` positions (``length`` counts ``[CLS]``/``[SEP]``;
+rounding half to even), never a special token; with whole-word masking, words are visited in a
+random order and taken whole while they fit (a word that would overflow ``k`` is skipped, so no
+word is ever partly masked). Each chosen position becomes the mask token with probability 0.8,
+a uniformly random vocabulary id with 0.1, and stays itself with 0.1.
+
+Words come from the tokenizer's ``is_continuation`` table (WordPiece ``##`` pieces; for
+byte-level BPE and SentencePiece, tokens without the ``Ġ``/``▁`` word-start marker), so whole-word
+masking works for any tokenizer ``mlm_pipeline.tokenize`` loads. A token right after a special
+token or padding always starts a word.
+
+Randomness is counter-based: every draw is a hash (MurmurHash3's 32-bit mixing) of ``(seed,
+epoch, sample index, position, purpose)``, computed for the whole batch at once. A sample's mask
+therefore depends on nothing but the sample and the epoch — not on the batch it lands in, the
+number of workers or ranks, or what was drawn before (so it also survives a resume).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+_M32 = 0xFFFFFFFF
+_C1, _C2 = 0xCC9E2D51, 0x1B873593  # MurmurHash3 x86_32 block constants
+_F1, _F2 = 0x85EBCA6B, 0xC2B2AE35  # its finaliser
+_PURPOSE_CHOOSE, _PURPOSE_REPLACE, _PURPOSE_RANDOM_ID = 1, 2, 3
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``(x * c) mod 2**32`` for int64 ``x`` in ``[0, 2**32)``, without int64 overflow."""
+    lo = (x & 0xFFFF) * c
+    hi = (((x >> 16) * c) & 0xFFFF) << 16
+    return (lo + hi) & _M32
+
+
+def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h: torch.Tensor, word) -> torch.Tensor:
+    """One MurmurHash3 block step: fold a 32-bit ``word`` into the state ``h``."""
+    k = _mul32(_rotl32(_mul32(word & _M32, _C1), 15), _C2)
+    h = _rotl32(h ^ k, 13)
+    return (h * 5 + 0xE6546B64) & _M32
+
+
+def _finish(h: torch.Tensor, n_words: int) -> torch.Tensor:
+    h = h ^ n_words
+    h = h ^ (h >> 16)
+    h = _mul32(h, _F1)
+    h = h ^ (h >> 13)
+    h = _mul32(h, _F2)
+    return h ^ (h >> 16)
+
+
+def sample_keys(seed: int, epoch: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per-sample hash state from ``(seed, epoch, index)`` (int64 tensors of shape ``[B]``)."""
+    h = torch.full_like(index, seed & _M32)
+    for word in ((seed >> 32) & _M32, epoch & _M32, index & _M32, (index >> 32) & _M32):
+        h = _mix(h, word if isinstance(word, torch.Tensor) else torch.full_like(index, word))
+    return h
+
+
+def uniform(keys: torch.Tensor, positions: torch.Tensor, purpose: int) -> torch.Tensor:
+    """float32 in ``[0, 1)``, one per (key, position); ``keys`` broadcasts against ``positions``."""
+    h = _mix(keys, positions)
+    h = _mix(h, torch.full_like(h, purpose))
+    h = _finish(h, 7)
+    return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))
+
+
+def num_to_predict(lengths: torch.Tensor, probability: float, max_predictions: int | None) -> torch.Tensor:
+    k = torch.clamp(torch.round(lengths.to(torch.float64) * probability).to(torch.int64), min=1)
+    return k if max_predictions is None else torch.clamp(k, max=max_predictions)
+
+
+def choose_tokens(cand: torch.Tensor, u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, L]``: in each row, the ``k`` candidates with the smallest ``u``."""
+    keys = torch.where(cand, u, torch.full_like(u, 2.0))
+    order = torch.argsort(keys, dim=1, stable=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(1, order, torch.arange(cand.shape[1]).expand_as(order))
+    return (rank < k[:, None]) & cand
+
+
+def choose_whole_words(cand: torch.Tensor, continuation: torch.Tensor, u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, L]``: whole words in order of their first token's ``u``, each if it fits."""
+    n, width = cand.shape
+    prev_cand = torch.zeros_like(cand)
+    prev_cand[:, 1:] = cand[:, :-1]
+    starts = cand & (~continuation | ~prev_cand)
+    flat_starts = starts.reshape(-1)
+    flat_cand = cand.reshape(-1)
+    start_pos = torch.nonzero(flat_starts).squeeze(1)
+    n_words = len(start_pos)
+    if n_words == 0:
+        return torch.zeros_like(cand)
+    word_of_pos = torch.cumsum(flat_starts.to(torch.int64), 0) - 1  # valid at candidate positions
+    word_len = torch.bincount(word_of_pos[flat_cand], minlength=n_words)
+    word_row = start_pos // width
+    word_key = u.reshape(-1)[start_pos]
+    order = torch.argsort(word_key, stable=True)
+    order = order[torch.argsort(word_row[order], stable=True)]  # by row, then key
+    words_per_row = torch.bincount(word_row, minlength=n)
+    row_first = torch.cumsum(words_per_row, 0) - words_per_row
+    rank_in_row = torch.arange(n_words) - torch.repeat_interleave(row_first, words_per_row)
+    max_words = int(words_per_row.max())
+    lengths = torch.zeros(n, max_words, dtype=torch.int64)
+    ids = torch.full((n, max_words), -1, dtype=torch.int64)
+    rows_sorted = word_row[order]
+    lengths[rows_sorted, rank_in_row] = word_len[order]
+    ids[rows_sorted, rank_in_row] = order
+    count = torch.zeros(n, dtype=torch.int64)
+    accepted = torch.zeros(n, max_words, dtype=torch.bool)
+    for j in range(max_words):  # word rank, vectorised over the batch
+        lj = lengths[:, j]
+        take = (lj > 0) & (count + lj <= k)
+        accepted[:, j] = take
+        count += torch.where(take, lj, 0)
+        if bool((count >= k).all()):
+            break
+    chosen_word = torch.zeros(n_words, dtype=torch.bool)
+    chosen_word[ids[accepted]] = True
+    chosen = flat_cand & chosen_word[word_of_pos.clamp(min=0)]
+    return chosen.reshape(n, width)
+
+
+class MLMCollator:
+    """Collate :class:`~mlm_pipeline.torch.MLMDataset` samples into ``BertForPreTraining`` inputs.
+
+    Args:
+        tokenizer: a :class:`mlm_pipeline.tokenize.TextTokenizer` (or a path to load one): the
+            mask and pad ids, vocabulary size, special ids and word boundaries.
+        masking: ``"static"``: the masks stored in the shards; ``"dynamic"``: draw new masks at
+            load time (from pre-masked shards, the original tokens are restored first).
+        mlm_probability, max_predictions: ``k`` per instance as above (``None``: no cap).
+        whole_word_mask: mask whole words (dynamic masking only).
+        seed: seed of the dynamic masks (with the sample's ``epoch`` and ``index``).
+        nsp: include ``next_sentence_label`` (for ``BertForPreTraining``; leave out for
+            ``BertForMaskedLM``).
+        pad_to_multiple_of: round the padded length up (e.g. 8); ``max_length``: pad to exactly
+            this length (longer samples are an error).
+        sample_info: also return ``sample_index`` (int64) and ``sample_weight`` (float32, 0 for
+            padding samples) — not model inputs, pop them before ``model(**batch)``.
+
+    Returns a dict of tensors: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
+    ``[B, L]``), ``labels`` (int64 ``[B, L]``, the original id at masked positions, -100
+    elsewhere) and, with ``nsp``, ``next_sentence_label`` (int64 ``[B]``, -100 where unknown).
+    Padding samples (``weight`` 0) get no labels at all, so they add nothing to any loss.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        masking: str = "dynamic",
+        mlm_probability: float = 0.15,
+        max_predictions: int | None = None,
+        whole_word_mask: bool = False,
+        seed: int = 0,
+        nsp: bool = True,
+        pad_to_multiple_of: int | None = None,
+        max_length: int | None = None,
+        sample_info: bool = False,
+    ):
+        if isinstance(tokenizer, str):
+            from mlm_pipeline.tokenize import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        if masking not in ("static", "dynamic"):
+            raise ValueError(f"masking must be 'static' or 'dynamic', got {masking!r}")
+        if not 0.0 < mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        if max_predictions is not None and max_predictions < 1:
+            raise ValueError(f"max_predictions must be >= 1 or None, got {max_predictions}")
+        if whole_word_mask and masking == "static":
+            raise ValueError("whole_word_mask applies to dynamic masking (static masks are in the shards)")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        self.masking = masking
+        self.mlm_probability = float(mlm_probability)
+        self.max_predictions = max_predictions
+        self.whole_word_mask = bool(whole_word_mask)
+        self.seed = seed
+        self.nsp = bool(nsp)
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.max_length = max_length
+        self.sample_info = bool(sample_info)
+        self.mask_id = int(tokenizer.special.mask)
+        self.pad_id = int(tokenizer.special.pad)
+        self.vocab_size = int(tokenizer.vocab_size)
+        special = torch.zeros(max(self.vocab_size, int(tokenizer.special_id_array.max()) + 1), dtype=torch.bool)
+        special[torch.from_numpy(tokenizer.special_id_array.astype(np.int64))] = True
+        self._special = special
+        cont = torch.from_numpy(np.asarray(tokenizer.is_continuation, dtype=bool))
+        self._continuation = torch.zeros(len(special), dtype=torch.bool)
+        self._continuation[: min(len(cont), len(special))] = cont[: len(special)]
+
+    def _lookup(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return table[ids.clamp(0, len(table) - 1)]
+
+    def __call__(self, samples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        n = len(samples)
+        if n == 0:
+            raise ValueError("cannot collate an empty list of samples")
+        lengths = np.fromiter((len(s["input_ids"]) for s in samples), dtype=np.int64, count=n)
+        width = int(lengths.max())
+        if self.max_length is not None:
+            if width > self.max_length:
+                raise ValueError(f"a sample of length {width} exceeds max_length {self.max_length}")
+            width = self.max_length
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        input_ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        input_ids[rows, cols] = np.concatenate([s["input_ids"] for s in samples])
+        token_type = np.zeros((n, width), dtype=np.int64)
+        token_type[rows, cols] = np.concatenate([s["token_type_ids"] for s in samples])
+        mcounts = np.fromiter((len(s["masked_lm_positions"]) for s in samples), dtype=np.int64, count=n)
+        mrows = np.repeat(np.arange(n), mcounts)
+        mpos = np.concatenate([s["masked_lm_positions"] for s in samples]).astype(np.int64)
+        mids = np.concatenate([s["masked_lm_ids"] for s in samples]).astype(np.int64)
+        weight = torch.tensor([float(s.get("weight", 1.0)) for s in samples], dtype=torch.float32)
+
+        ids = torch.from_numpy(input_ids)
+        attention = torch.from_numpy((np.arange(width)[None, :] < lengths[:, None]).astype(np.int64))
+        labels = torch.full((n, width), IGNORE_INDEX, dtype=torch.int64)
+        if self.masking == "static":
+            labels[mrows, mpos] = torch.from_numpy(mids)
+        else:
+            ids[mrows, mpos] = torch.from_numpy(mids)  # undo stored masks: the original tokens
+            index = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
+            epoch = torch.tensor([int(s.get("epoch", 0)) for s in samples], dtype=torch.int64)
+            ids, labels = self.mask(ids, attention.bool(), sample_keys(self.seed, epoch, index))
+        labels[weight == 0] = IGNORE_INDEX
+        batch = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "token_type_ids": torch.from_numpy(token_type),
+            "labels": labels,
+        }
+        if self.nsp:
+            nsp = torch.tensor([int(s["next_sentence_label"]) for s in samples], dtype=torch.int64)
+            nsp[(nsp < 0) | (weight == 0)] = IGNORE_INDEX
+            batch["next_sentence_label"] = nsp
+        if self.sample_info:
+            batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
+            batch["sample_weight"] = weight
+        return batch
+
+    def mask(self, ids: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dynamic masking of clean ``ids`` ``[B, L]``: (corrupted ids, labels with -100).
+
+        ``keys`` (``[B]``, from :func:`sample_keys`) seed each row's draws.
+        """
+        n, width = ids.shape
+        cand = attention & ~self._lookup(self._special, ids)
+        pos = torch.arange(width, dtype=torch.int64)[None, :]
+        k = torch.minimum(
+            num_to_predict(attention.sum(1), self.mlm_probability, self.max_predictions), cand.sum(1)
+        )
+        u = uniform(keys[:, None], pos.expand(n, width), _PURPOSE_CHOOSE)
+        if self.whole_word_mask:
+            chosen = choose_whole_words(cand, self._lookup(self._continuation, ids), u, k)
+        else:
+            chosen = choose_tokens(cand, u, k)
+        m_rows, m_cols = torch.nonzero(chosen, as_tuple=True)
+        original = ids[m_rows, m_cols]
+        r = uniform(keys[m_rows], m_cols, _PURPOSE_REPLACE)
+        random_ids = (uniform(keys[m_rows], m_cols, _PURPOSE_RANDOM_ID).to(torch.float64) * self.vocab_size).to(torch.int64)
+        new = torch.where(r < 0.8, torch.full_like(original, self.mask_id), torch.where(r < 0.9, random_ids, original))
+        out = ids.clone()
+        out[m_rows, m_cols] = new
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[m_rows, m_cols] = original
+        return out, labels

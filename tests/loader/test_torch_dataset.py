@@ -1,0 +1,339 @@
+"""MLMDataset / MLMDataLoader: exactly-once over ranks and workers, epochs, resume, odd outputs."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from loader.loader_helpers import indices, loader, run, shard_rows, write_output  # noqa: E402
+
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets  # noqa: E402
+from mlm_pipeline.torch import MLMDataLoader, MLMDataset, load_prepared  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create")]
+
+
+@pytest.fixture(params=["parquet", "tfrecord"])
+def out(request, parquet_out, tfrecord_out):
+    return parquet_out if request.param == "parquet" else tfrecord_out
+
+
+def test_fixture_has_uneven_shards(parquet_out, tfrecord_out):
+    for o in (parquet_out, tfrecord_out):
+        counts = [s.instances for s in load_prepared(o).shards]
+        assert len(counts) >= 8 and len(set(counts)) >= 4, counts
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_every_instance_exactly_once(out, world, workers):
+    total = load_prepared(out).total
+    seen, per_rank = [], []
+    for rank in range(world):
+        dl = loader(out, rank=rank, world=world, workers=workers, batch_size=16, buffer=100)
+        expected_batches, expected_samples = len(dl), len(dl.dataset)
+        batches = run(dl)
+        assert len(batches) == expected_batches  # len(loader) is exact, short batches included
+        got = indices(batches)
+        assert len(got) == expected_samples
+        per_rank.append(len(got))
+        seen += got
+    assert sorted(seen) == list(range(total))  # each once, none dropped, none repeated
+    assert max(per_rank) - min(per_rank) <= 1  # uneven totals: some ranks have one more
+    assert per_rank == sorted(per_rank, reverse=True)
+
+
+def test_samples_match_the_shards(out):
+    rows = shard_rows(out)
+    ds = MLMDataset(out, seed=1, shuffle_buffer=77, rank=1, world_size=2)
+    n = 0
+    for sample in ds:
+        np.testing.assert_array_equal(sample["input_ids"], rows[sample["index"]])
+        assert sample["weight"] == 1.0 and sample["epoch"] == 0
+        assert sample["next_sentence_label"] in (0, 1)
+        assert len(sample["masked_lm_positions"]) == len(sample["masked_lm_ids"]) > 0
+        n += 1
+    assert n == len(MLMDataset(out, rank=1, world_size=2))
+
+
+def test_rank_sets_do_not_depend_on_workers(parquet_out):
+    for rank in range(3):
+        sets = [sorted(indices(run(loader(parquet_out, rank=rank, world=3, workers=w)))) for w in (0, 1, 2)]
+        assert sets[0] == sets[1] == sets[2]
+
+
+def test_epochs_reshuffle_and_cover(parquet_out):
+    total = load_prepared(parquet_out).total
+    dls = [loader(parquet_out, rank=r, world=2, workers=1) for r in range(2)]
+    epochs = []
+    for _ in range(2):
+        order = [indices(run(dl)) for dl in dls]
+        epochs.append(order)
+        assert sorted(order[0] + order[1]) == list(range(total))
+    assert epochs[0] != epochs[1]
+    assert all(dl.dataset.epoch == 1 for dl in dls)
+    assert all(dl.state_dict()["epoch"] == 2 and len(dl) == dl.dataset.num_batches_of_epoch(16, 1) for dl in dls)
+    # same seed and epoch: same order; other seed: other order
+    again = indices(run(loader(parquet_out, rank=0, world=2, workers=1)))
+    assert again == epochs[0][0]
+    assert indices(run(loader(parquet_out, rank=0, world=2, workers=1, seed=4))) != again
+
+
+def test_no_shuffle_is_manifest_order(parquet_out):
+    ds = MLMDataset(parquet_out, shuffle=False, shuffle_buffer=50)
+    assert [s["index"] for s in ds] == list(range(ds.total))
+
+
+def _assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert torch.equal(x[key], y[key]), key
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_resume_mid_epoch_gives_the_same_remaining_sequence(parquet_out, workers, masking):
+    make = lambda: loader(parquet_out, rank=1, world=2, workers=workers, batch_size=16, buffer=64, masking=masking)  # noqa: E731
+    full = run(make())
+    for stop in (1, 9, len(full) - 1) if workers != 1 else (5,):
+        dl = make()
+        head = run(dl, stop)
+        state = json.loads(json.dumps(dl.state_dict()))  # JSON-able
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert len(resumed) == len(full) - stop
+        tail = run(resumed)
+        _assert_same_batches(head + tail, full)  # same samples, order, masks, batch boundaries
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_repeatedly(parquet_out, workers):
+    full = indices(run(loader(parquet_out, workers=workers, batch_size=32, buffer=64)))
+    got, dl = [], loader(parquet_out, workers=workers, batch_size=32, buffer=64)
+    for stop in [3, 1, 17, 5, 40, 2] * 10:
+        got += indices(run(dl, stop))
+        state = dl.state_dict()
+        if state["epoch"] == 1:
+            break
+        dl = loader(parquet_out, workers=workers, batch_size=32, buffer=64)
+        dl.load_state_dict(state)
+    assert got == full
+
+
+def test_resume_with_other_workers_or_batch_size_sees_the_rest_once(parquet_out):
+    total = load_prepared(parquet_out).total
+    rng = np.random.default_rng(0)
+    got, dl = [], loader(parquet_out, workers=2, batch_size=8, buffer=64)
+    while True:
+        got += indices(run(dl, int(rng.integers(1, 12))))
+        state = dl.state_dict()
+        if state["epoch"] == 1:
+            break
+        dl = loader(parquet_out, workers=int(rng.integers(0, 3)), batch_size=int(rng.integers(8, 40)), buffer=64)
+        dl.load_state_dict(state)
+    assert sorted(got) == list(range(total))
+
+
+def test_ddp_state_of_rank_zero_restores_every_rank(parquet_out):
+    """DDP ranks step together: rank 0's checkpointed state is each rank's position."""
+    world, stop = 3, 7
+    make = lambda rank: loader(parquet_out, rank=rank, world=world, batch_size=8, pad=True)  # noqa: E731
+    state0 = make(0)
+    run(state0, stop)
+    for rank in range(world):
+        full = indices(run(make(rank)))
+        mine = make(rank)
+        head = indices(run(mine, stop))
+        mine = make(rank)
+        mine.load_state_dict(state0.state_dict())
+        assert head + indices(run(mine)) == full
+
+
+def test_in_process_dataset_state_without_a_loader(parquet_out):
+    ds = MLMDataset(parquet_out, seed=2, shuffle_buffer=40)
+    full = [s["index"] for s in ds]
+    assert ds.state_dict()["epoch"] == 1  # the pass ran to the end
+    assert [s["index"] for s in ds] == full  # iterating never moves the recorded position
+    ds.set_epoch(1)
+    assert [s["index"] for s in ds] != full
+    ds = MLMDataset(parquet_out, seed=2, shuffle_buffer=40)
+    it = iter(ds)
+    head = [next(it)["index"] for _ in range(123)]
+    state = ds.state_dict()
+    again = MLMDataset(parquet_out, seed=2, shuffle_buffer=40)
+    again.load_state_dict(state)
+    assert len(again) == len(full) - 123
+    assert head + [s["index"] for s in again] == full
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pad_ranks_equalises_batches_with_weightless_copies(parquet_out, workers):
+    total = load_prepared(parquet_out).total
+    world = 3
+    assert total % world  # the fixture's total is uneven across 3 ranks
+    counts, real = [], []
+    for rank in range(world):
+        dl = loader(parquet_out, rank=rank, world=world, workers=workers, batch_size=16, pad=True)
+        batches = run(dl)
+        counts.append((len(batches), sum(len(b["sample_index"]) for b in batches)))
+        for b in batches:
+            pad = b["sample_weight"] == 0
+            assert (b["labels"][pad] == -100).all() and (b["next_sentence_label"][pad] == -100).all()
+            real += b["sample_index"][~pad].tolist()
+    assert len(set(counts)) == 1 and counts[0][1] == -(-total // world)
+    assert sorted(real) == list(range(total))
+
+
+def test_state_for_other_settings_is_refused(parquet_out):
+    dl = loader(parquet_out, world=2, workers=0)
+    run(dl, 3)
+    state = dl.state_dict()
+    for other in (dict(world=3), dict(seed=9), dict(buffer=99), dict(pad=True)):
+        with pytest.raises(ValueError, match="cannot resume"):
+            loader(parquet_out, **{"world": 2, **other}).load_state_dict(state)
+    with pytest.raises(ValueError, match="not an MLMDataset state"):
+        loader(parquet_out).load_state_dict({"epoch": 0})
+
+
+def test_bad_arguments_are_value_errors(parquet_out, tmp_path):
+    for kwargs in (dict(seed=-1), dict(shuffle_buffer=0), dict(rank=2, world_size=2), dict(world_size=0)):
+        with pytest.raises(ValueError):
+            MLMDataset(parquet_out, **kwargs)
+    with pytest.raises(ValueError, match="no manifest.json"):
+        MLMDataset(str(tmp_path))
+    ds = MLMDataset(parquet_out)
+    with pytest.raises(ValueError):
+        MLMDataLoader(ds, batch_size=0, collate_fn=list)
+
+
+def test_stale_iterator_is_refused(parquet_out):
+    dl = loader(parquet_out)
+    it = iter(dl)
+    next(it)
+    iter(dl)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+
+
+def _batch(rng, n, *, nsp: bool, masked: bool, lo=5, hi=40):
+    lens = rng.integers(lo, hi, n)
+    ids = rng.integers(1000, 2000, int(lens.sum())).astype(np.int32)
+    offsets = lengths_to_offsets(lens)
+    ids[offsets[:-1]] = 101  # [CLS]
+    ids[offsets[1:] - 1] = 102  # [SEP]
+    if masked:
+        mlens = np.minimum(3, lens - 2)
+        pos = np.concatenate([np.arange(1, 1 + m) for m in mlens]).astype(np.int32)
+        mids = ids[np.repeat(offsets[:-1], mlens) + pos]
+        ids[np.repeat(offsets[:-1], mlens) + pos] = 103  # [MASK]
+    else:
+        mlens = np.zeros(n, np.int64)
+        pos = mids = np.zeros(0, np.int32)
+    return InstanceBatch(
+        input_ids=ids, segment_ids=np.zeros(len(ids), np.int8), offsets=offsets,
+        masked_lm_positions=pos, masked_lm_ids=mids.astype(np.int32), masked_offsets=lengths_to_offsets(mlens),
+        next_sentence_labels=rng.integers(0, 2, n).astype(np.int8) if nsp else None,
+    )
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tfrecord"])
+@pytest.mark.parametrize("objective", ["packed", "tokens"])
+def test_unmasked_outputs_without_nsp(tmp_path, fmt, objective):
+    """The other builders' shards: no NSP labels, no stored masks, segment ids all 0, an empty shard."""
+    rng = np.random.default_rng(0)
+    batches = [_batch(rng, n, nsp=False, masked=False) for n in (17, 0, 5, 31)]
+    out = write_output(tmp_path, batches, fmt=fmt, objective=objective, masking="none")
+    assert [s.instances for s in load_prepared(out).shards] == [17, 5, 31]  # an empty task writes no shard
+    for world, workers in ((1, 0), (2, 2)):
+        seen = []
+        for rank in range(world):
+            dl = loader(out, rank=rank, world=world, workers=workers, batch_size=4, buffer=8)
+            assert dl.collate_fn.masking == "dynamic" and not dl.collate_fn.nsp
+            for b in run(dl):
+                assert "next_sentence_label" not in b
+                assert (b["token_type_ids"] == 0).all()
+                assert ((b["labels"] != -100).sum(1) >= 1).all()
+                seen += b["sample_index"].tolist()
+        assert sorted(seen) == list(range(53))
+    ds = MLMDataset(out)
+    assert all(s["next_sentence_label"] == -1 and len(s["masked_lm_ids"]) == 0 for s in ds)
+    with pytest.raises(ValueError, match="without masks"):
+        ds.collator(masking="static")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tfrecord"])
+def test_nsp_with_static_masks_hand_made(tmp_path, fmt):
+    rng = np.random.default_rng(1)
+    batches = [_batch(rng, n, nsp=True, masked=True) for n in (9, 2, 14)]
+    out = write_output(tmp_path, batches, fmt=fmt, objective="nsp", masking="static")
+    by_index = {}
+    for b in run(loader(out, batch_size=5, buffer=4)):
+        for i, idx in enumerate(b["sample_index"].tolist()):
+            by_index[idx] = (b["input_ids"][i], b["labels"][i], int(b["next_sentence_label"][i]))
+    flat = InstanceBatch.concat(batches)
+    for idx, (ids, labels, nsp) in by_index.items():
+        row = flat.row(idx)
+        n = len(row["input_ids"])
+        assert ids[:n].tolist() == row["input_ids"]
+        assert torch.nonzero(labels != -100).squeeze(1).tolist() == row["masked_lm_positions"]
+        assert labels[labels != -100].tolist() == row["masked_lm_ids"]
+        assert nsp == row["next_sentence_label"]
+    assert len(by_index) == 25
+
+
+def test_reads_through_a_non_local_filesystem(parquet_out, tfrecord_out):
+    fsspec = pytest.importorskip("fsspec")
+    mem = fsspec.filesystem("memory")
+    for o, name in ((parquet_out, "pq"), (tfrecord_out, "tf")):
+        mem.put(o, f"/loader-test/{name}", recursive=True)
+        url = f"memory://loader-test/{name}"
+        local = indices(run(loader(o, world=2, rank=1, workers=1)))
+        remote = indices(run(loader(url, world=2, rank=1, workers=1)))
+        assert remote == local
+
+
+def test_windows_bound_what_is_read(parquet_out, monkeypatch):
+    """A worker reads each of its rows once, and only rows of its own windows."""
+    from mlm_pipeline.torch import dataset as dataset_mod
+
+    reads = Counter()
+    original = dataset_mod._ShardReader.read
+
+    def counting(self, shard, start, stop):
+        reads.update((shard.url, r) for r in range(start, stop))
+        return original(self, shard, start, stop)
+
+    monkeypatch.setattr(dataset_mod._ShardReader, "read", counting)
+    ds = MLMDataset(parquet_out, seed=5, shuffle_buffer=64, rank=1, world_size=3)
+    n = sum(1 for _ in ds)
+    assert len(reads) == n and set(reads.values()) == {1}
+    # resumed near the end: only the last window(s) are read again
+    reads.clear()
+    ds2 = MLMDataset(parquet_out, seed=5, shuffle_buffer=64, rank=1, world_size=3)
+    ds2.load_state_dict(ds.state_dict(batches=n // 8 - 1, batch_size=8))
+    with warnings.catch_warnings():
+        rest = sum(1 for _ in ds2)
+    assert rest == n - (n // 8 - 1) * 8
+    assert len(reads) <= 2 * 64
+
+
+def test_tokenizer_must_be_the_one_that_prepared_the_shards(parquet_out, tmp_path, monkeypatch):
+    prepared = load_prepared(parquet_out)
+    assert prepared.tokenizer_fingerprint
+    assert prepared.tokenizer().vocab_size == 30522
+    with pytest.raises(ValueError, match="not the one that prepared"):
+        prepared.tokenizer(do_lower_case=False)  # another normaliser: another tokenizer
+    manifest = json.loads(open(f"{parquet_out}/manifest.json").read())
+    manifest["config"]["tokenizer"] = "sample/bert-base-uncased-vocab.txt"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="relative to where prepare ran"):
+        load_prepared(str(tmp_path)).tokenizer()
