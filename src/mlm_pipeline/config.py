@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 import re
 from typing import Annotated, Literal
@@ -80,10 +81,15 @@ class PrepareConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_masking(cls, data):
-        if isinstance(data, dict) and data.get("masking") is None:
+    def _defaults(cls, data):
+        if isinstance(data, dict):
             data = dict(data)
-            data["masking"] = "none" if data.get("objective") == "tokens" else "static"
+            if data.get("masking") is None:
+                data["masking"] = "none" if data.get("objective") == "tokens" else "static"
+            tok = data.get("tokenizer")
+            if isinstance(tok, str) and "://" not in tok:
+                # recorded absolute, so `inspect`/`train` find it from any directory
+                data["tokenizer"] = os.path.abspath(tok)
         return data
 
     @model_validator(mode="after")
