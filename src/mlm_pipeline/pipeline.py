@@ -4,6 +4,7 @@ The driver never reads corpus data (planning uses file sizes; a peek of a few KB
 the format and binary files). State lives in the output itself, so any machine can resume a run:
 
     OUTPUT/_run.json            settings + tokenizer and plan fingerprints (written first)
+    OUTPUT/_plan.json           the tasks and input files (lets `finalize` work from the output alone)
     OUTPUT/shards/part-*.EXT    committed shards
     OUTPUT/_tasks/ID.json       per-task completion marker with shard list and stats (written last)
     OUTPUT/manifest.json        totals and every shard (written at the end)
@@ -148,6 +149,8 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     ``clean=False`` keeps ``OUTPUT/_tmp`` (other workers may be writing there: array and claim
     modes on a shared directory).
     """
+    if getattr(config, "s3_endpoint_url", None):
+        os.environ["AWS_ENDPOINT_URL"] = config.s3_endpoint_url  # before any S3 client exists
     tok = load_tokenizer(config.tokenizer, config.do_lower_case)  # fail early on a bad tokenizer
     plan = plan_tasks(config)
     for s in plan.skipped_files:
