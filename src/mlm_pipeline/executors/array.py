@@ -160,7 +160,7 @@ def run_claim(config: PrepareConfig, start, *, show_progress: bool | None = None
 
     owner = owner or new_owner_id()
     manager = LeaseManager(config.output, owner, config.lease_seconds)
-    poll = min(5.0, config.lease_seconds / 4)
+    poll = min(2.0, config.lease_seconds / 4)  # idle workers list _tasks/ and _leases/ this often
     tasks = {t.task_id: t for t in start.plan.tasks}
     order = list(tasks)
     random.Random(owner).shuffle(order)  # workers start at different tasks: fewer lost races
