@@ -139,7 +139,7 @@ def prepare(
     ),
     workers: int = typer.Option(0, "--workers", "-j", help="Worker processes for the local executor (0 = all cores)."),
     executor: Executor = typer.Option(Executor.local, "--executor", help="local: a process pool on this machine. ray: Ray tasks on a cluster (see --ray-address)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address ('auto' inside a cluster). Without it, a local Ray instance is started."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address: 'auto' on a cluster node, host:6379, or ray://host:10001 (Ray Client). Without it: RAY_ADDRESS (set by `ray job submit`), else a private local Ray instance with --workers CPUs."),
     split_size: str = typer.Option("64MB", "--split-size", help="Target input bytes per task: big uncompressed files are cut into ranges of this size on document boundaries; small files are grouped up to it."),
     block_size: str = typer.Option("4MB", "--block-size", help="Text per processing block inside a task: bounds worker memory; random-next segments and the instance shuffle are drawn within a block."),
     max_instances_per_shard: int = typer.Option(100_000, "--max-instances-per-shard", help="A task's output rolls over to a new shard file after this many instances."),
@@ -183,6 +183,11 @@ def prepare(
     """Prepare masked-LM pretraining shards from raw text.
 
     Example: mlm-pipeline prepare corpus/ -o out/ -t vocab.txt --max-seq-length 128 --dupe-factor 5
+
+    Scaling out (same bytes as a local run; see docs/cloud.md): --executor ray [--ray-address auto]
+    on a Ray cluster or as `ray job submit -- mlm-pipeline prepare ...`; --task-count N for Slurm
+    arrays / Kubernetes Indexed Jobs; --claim for any number of identical machines sharing one
+    s3:// or gs:// output.
     """
     from mlm_pipeline.config import ConfigError, build_config, load_config_file
     from mlm_pipeline.executors.local import TaskFailed
