@@ -228,7 +228,11 @@ def ray_cluster():
     os.environ.pop("RAY_ADDRESS", None)
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, **RAY_NODE})
+    # a killed node is declared dead after ~3 s of failed health checks (default: ~30 s)
+    fast_failure = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
+                    "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "_system_config": fast_failure, **RAY_NODE})
     try:
         for _ in range(2):
             cluster.add_node(num_cpus=1, **RAY_NODE)

@@ -108,9 +108,11 @@ def test_array_workers_split_the_tasks_and_the_last_writes_the_manifest(seaweedf
     expected_2 = [f"{i:05d}" for i in range(local_baseline["tasks"]) if i % 3 == 2]
     assert sorted(k[len("_tasks/"):-5] for k in seaweedfs.keys(out) if k.startswith("_tasks/")) == expected_2
     assert "manifest.json" not in seaweedfs.keys(out)
-    fin = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "finalize", out], env=env,
-                         capture_output=True, text=True)
-    assert fin.returncode == 1 and "not complete yet" in fin.stderr
+    from mlm_pipeline.finalize import IncompleteRun, finalize
+
+    with s3_env(seaweedfs), pytest.raises(IncompleteRun) as missing:
+        finalize(out)
+    assert sorted(missing.value.missing) == sorted(set(f"{i:05d}" for i in range(local_baseline["tasks"])) - set(expected_2))
     # ranks 0 and 1 (from Slurm's variables for one of them) together
     slurm = {**env, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "3"}
     procs = [subprocess.Popen(_cmd(out, "--task-rank", "0", "--task-count", "3"), env=env, stdout=subprocess.PIPE,
@@ -123,9 +125,9 @@ def test_array_workers_split_the_tasks_and_the_last_writes_the_manifest(seaweedf
     with s3_env(seaweedfs):
         manifest = read_manifest(out)
     assert comparable(manifest) == comparable(local_baseline)
-    fin = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "finalize", out], env=env,
-                         capture_output=True, text=True)
-    assert fin.returncode == 0 and "already exists" in fin.stdout
+    with s3_env(seaweedfs):
+        again, wrote = finalize(out)
+    assert not wrote and comparable(again) == comparable(local_baseline)
 
 
 def test_claim_on_a_local_directory(tmp_path, local_baseline):
@@ -188,3 +190,25 @@ def test_config_refuses_inconsistent_scale_out_settings(tmp_path):
     base = make_config(INPUTS, tmp_path)
     assert make_config(INPUTS, tmp_path, claim=True, lease_seconds=5, s3_endpoint_url="http://x").output_fingerprint() \
         == base.output_fingerprint()
+
+
+def test_finalize_command_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    out = tmp_path / "out"
+    runner = CliRunner()
+    args = ["prepare", *INPUTS, "-o", str(out), "-t", VOCAB, "--no-progress", "--workers", "1",
+            "--split-size", SETTINGS["split_bytes"], "--task-rank", "0", "--task-count", "2"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "array worker 0/2" in first.output and "still running" in first.output
+    incomplete = runner.invoke(app, ["finalize", str(out)])
+    assert incomplete.exit_code == 1 and "not complete yet" in incomplete.output
+    second = runner.invoke(app, args[:-4] + ["--task-rank", "1", "--task-count", "2"])
+    assert second.exit_code == 0 and "wrote manifest.json" in second.output
+    again = runner.invoke(app, ["finalize", str(out)])
+    assert again.exit_code == 0 and "already exists" in again.output
+    forced = runner.invoke(app, ["finalize", str(out), "--force"])
+    assert forced.exit_code == 0 and "already exists" not in forced.output
