@@ -15,7 +15,8 @@
 The S3 fixtures export credentials and ``AWS_ENDPOINT_URL`` through ``s3_env`` (a context manager
 that sets them in ``os.environ`` for the test and clears s3fs's instance cache).
 
-Import the fixtures into a test directory's ``conftest.py``.
+Registered for the whole suite by ``pytest_plugins`` in ``tests/conftest.py`` (so each server
+starts at most once per session, and only if a test asks for it).
 """
 
 from __future__ import annotations
@@ -215,10 +216,14 @@ RAY_NODE = {"object_store_memory": 100 * 1024 * 1024, "node_ip_address": "127.0.
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A Ray cluster: head (0 CPU) + two worker nodes (1 CPU each), private temp dir."""
+def ray_cluster(seaweedfs):
+    """A Ray cluster: head (0 CPU) + two worker nodes (1 CPU each), private temp dir.
+
+    Its processes hold the S3 test credentials (as cloud nodes hold an instance role) but not
+    the endpoint, which tests pass through the config.
+    """
     tmp = tempfile.mkdtemp(prefix="mlr", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {"RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": tmp, "RAY_USAGE_STATS_ENABLED": "0",
+    env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1","RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": tmp, "RAY_USAGE_STATS_ENABLED": "0",
            # Ray resolves 127.0.0.1 in an address to the machine's outward IP unless this is 0 (then
            # every node and driver stays on the loopback interface); Cluster.add_node still works
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

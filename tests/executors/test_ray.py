@@ -95,6 +95,42 @@ def test_failed_task_reports_its_input_range(ray_cluster, tmp_path):
     assert not list((tmp_path / "out").glob("shards/*"))
 
 
+def test_ray_workers_write_to_s3_with_the_endpoint_given_in_the_config(ray_cluster, seaweedfs, local_baseline,
+                                                                      monkeypatch):
+    """Output on S3 from the worker nodes; only the config carries the endpoint to them."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    for key, value in seaweedfs.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # restored (absent) after the test
+    out = seaweedfs.new_prefix("ray")
+    config = make_config(INPUTS, out, executor="ray", ray_address=ray_cluster.address,
+                         s3_endpoint_url=seaweedfs.endpoint)
+    manifest = run_prepare(config, show_progress=False)
+    assert comparable(manifest) == comparable(local_baseline)
+    assert sorted(k for k in seaweedfs.keys(out) if k.startswith("shards/")) == sorted(
+        s["path"] for s in manifest["shards"])
+
+
+def test_without_an_address_a_private_local_instance_is_started(ray_cluster, tmp_path):
+    """Never another cluster of this machine: plain ray.init() would join the test cluster."""
+    import ray
+
+    from mlm_pipeline.executors.ray import connect
+    from mlm_pipeline.pipeline import run_prepare
+
+    assert (Path(os.environ["RAY_TMPDIR"]) / "ray" / "ray_current_cluster").read_text().strip() == ray_cluster.address
+    assert connect(None, num_cpus=1)
+    try:
+        assert ray.get_runtime_context().gcs_address != ray_cluster.address
+        assert ray.cluster_resources()["CPU"] == 1
+        manifest = run_prepare(make_config(INPUTS[1:], tmp_path, executor="ray"), show_progress=False)
+        assert ray.is_initialized()  # the caller's connection is left alone
+    finally:
+        ray.shutdown()
+    assert manifest["totals"]["instances"] > 0
+
+
 def test_killing_a_worker_node_mid_run_still_gives_identical_output(ray_cluster, local_baseline, tmp_path):
     """The CLI as a driver; one worker node is killed (all its processes, SIGKILL) mid-run."""
     out = tmp_path / "out"
