@@ -39,6 +39,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
+# gcsfs (read when it is imported): no gRPC probe of the bucket layout, which an emulator cannot
+# answer (each probe waits 60 s)
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 ACCESS_KEY = "mlmtestaccess"
 SECRET_KEY = "mlmtestsecret-" + uuid.uuid4().hex  # never to appear in any output
 
@@ -244,14 +247,9 @@ def _clear_fs_cache() -> None:
     import fsspec.config
 
     fsspec.config.set_conf_env(fsspec.config.conf)  # FSSPEC_GS_* variables
-    with contextlib.suppress(ImportError):
-        import s3fs
-
-        s3fs.S3FileSystem.clear_instance_cache()
-    with contextlib.suppress(ImportError):
-        import gcsfs
-
-        gcsfs.GCSFileSystem.clear_instance_cache()
+    for module, cls in (("s3fs", "S3FileSystem"), ("gcsfs", "GCSFileSystem")):
+        if module in sys.modules:  # never import one here: gcsfs reads its settings on import
+            getattr(sys.modules[module], cls).clear_instance_cache()
 
 
 def subprocess_env(extra: dict | None = None) -> dict:

@@ -32,11 +32,11 @@ def _races(store, base: str, rounds: int = 4, threads: int = 8) -> None:
     for _ in range(rounds):
         url = f"{base}/race-{uuid.uuid4().hex}"
         with ThreadPoolExecutor(threads) as pool:
-            created = list(pool.map(lambda i: store.create(url, uuid.uuid4().bytes), range(threads)))
+            created = list(pool.map(lambda i, u=url: store.create(u, uuid.uuid4().bytes), range(threads)))
         assert sum(v is not None for v in created) == 1
         version = store.read(url).version
         with ThreadPoolExecutor(threads) as pool:
-            swapped = list(pool.map(lambda i: store.replace(url, uuid.uuid4().bytes, version), range(threads)))
+            swapped = list(pool.map(lambda i, u=url, v=version: store.replace(u, uuid.uuid4().bytes, v), range(threads)))
         assert sum(v is not None for v in swapped) == 1
 
 

@@ -44,3 +44,20 @@ def test_an_unreadable_lease_counts_as_expired(tmp_path):
     path.write_text("not json")
     lease = LeaseManager(out, "x", ttl=10).try_acquire("00002")
     assert lease is not None and lease.body["taken_over_from"] is None
+
+
+def test_lease_ages_from_the_listing(tmp_path):
+    import os
+    import time
+
+    from mlm_pipeline.executors.array import lease_ages
+
+    assert lease_ages(str(tmp_path / "_leases")) == {}
+    manager = LeaseManager(str(tmp_path), "a", ttl=10)
+    assert manager.try_acquire("00003") is not None
+    path = tmp_path / "_leases" / "00003.json"
+    old = time.time() - 100
+    os.utime(path, (old, old))
+    (tmp_path / "_leases" / "00003.json.lock").write_text("")
+    ages = lease_ages(str(tmp_path / "_leases"))
+    assert list(ages) == ["00003"] and 99 < ages["00003"] < 120

@@ -8,7 +8,6 @@ in logs, markers or the manifest.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

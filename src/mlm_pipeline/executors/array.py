@@ -11,7 +11,9 @@ same inputs (the plan fingerprint in ``_run.json`` checks it), so no coordinatio
 instance group, ``parallel`` on a few machines) take tasks through leases in
 ``OUTPUT/_leases/`` (:mod:`mlm_pipeline.claim`), up to ``--workers`` at a time each, renewing
 them while they run. A worker keeps polling while other workers' tasks are unfinished, so a dead
-worker's task is taken over when its lease expires; it exits when every task is done.
+worker's task is taken over when its lease expires; it exits when every task is done. An idle
+worker costs one LIST of ``_tasks/`` and one of ``_leases/`` every ``min(2 s, lease / 4)``: it
+reads only leases the listing shows unwritten for about a lease period.
 
 In both modes the manifest is written once, by the first worker to see every task complete (or
 by ``mlm-pipeline finalize``). Each call returns a summary of what this worker did.
@@ -19,6 +21,7 @@ by ``mlm-pipeline finalize``). Each call returns a summary of what this worker d
 
 from __future__ import annotations
 
+import datetime
 import logging
 import multiprocessing as mp
 import os
@@ -152,6 +155,42 @@ class _Pool:
                     p.terminate()
 
 
+def _timestamp(value) -> float | None:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def lease_ages(leases_dir: str) -> dict[str, float | None]:
+    """Task id -> seconds since its lease object was last written (None if the store does not say)."""
+    filesystem, path = fs.get_fs(leases_dir)
+    filesystem.invalidate_cache(path)
+    try:
+        entries = filesystem.ls(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    now = time.time()
+    ages: dict[str, float | None] = {}
+    for entry in entries:
+        name = os.path.basename(str(entry.get("name", "")).rstrip("/"))
+        if not name.endswith(".json"):
+            continue
+        written = None
+        for key in ("LastModified", "mtime", "updated"):
+            written = _timestamp(entry.get(key))
+            if written is not None:
+                break
+        ages[name[: -len(".json")]] = None if written is None else now - written
+    return ages
+
+
 def run_claim(config: PrepareConfig, start, *, show_progress: bool | None = None, owner: str | None = None) -> dict:
     from mlm_pipeline.claim import LEASES_DIR, Heartbeat, LeaseManager, new_owner_id
     from mlm_pipeline.finalize import done_task_ids, finalize_if_complete
@@ -182,10 +221,13 @@ def run_claim(config: PrepareConfig, start, *, show_progress: bool | None = None
                     break
                 running = {t.task_id for t in in_flight.values()}
                 if len(in_flight) < workers:
-                    leased = {os.path.basename(p)[: -len(".json")]
-                              for p in fs.listdir(fs.join(config.output, LEASES_DIR)) if p.endswith(".json")}
+                    leased = lease_ages(fs.join(config.output, LEASES_DIR))
                     free = [i for i in order if i not in done and i not in running and i not in leased]
-                    held = [i for i in order if i not in done and i not in running and i in leased]
+                    # a lease written less than ~ttl ago (listing time) cannot have expired: reading
+                    # only the others keeps idle workers at one LIST per poll at the tail of a run
+                    stale = config.lease_seconds * 0.9
+                    held = [i for i in order if i not in done and i not in running and i in leased
+                            and (leased[i] is None or leased[i] >= stale)]
                     for task_id in free + held:  # held ones are taken only if their lease expired
                         if len(in_flight) >= workers:
                             break
