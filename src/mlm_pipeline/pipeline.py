@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mlm_pipeline import __version__, fs
+from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.progress import Progress
@@ -57,11 +57,12 @@ def _check_or_start_run(config: PrepareConfig, record: dict) -> None:
     except (OSError, json.JSONDecodeError) as exc:
         raise OutputError(f"cannot read {url}: {exc}") from exc
     if existing is None:
-        try:
-            fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        try:  # a conditional create: of workers starting together, one writes it, the others compare
+            if cas.create_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode()):
+                return
+            existing = json.loads(fs.read_bytes(url))
         except OSError as exc:
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
-        return
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
     for key in sorted(set(old) | set(new)):
