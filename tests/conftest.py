@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# real servers for the executor and storage tests (SeaweedFS, moto, a Ray cluster): see that module
+pytest_plugins = ["conftest_servers"]
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample"
 DATA = REPO / "tests" / "data"

@@ -163,7 +163,7 @@ def prepare(
     ),
     workers: int = typer.Option(0, "--workers", "-j", help="Worker processes for the local executor (0 = all cores)."),
     executor: Executor = typer.Option(Executor.local, "--executor", help="local: a process pool on this machine. ray: Ray tasks on a cluster (see --ray-address)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address ('auto' inside a cluster). Without it, a local Ray instance is started."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address: 'auto' on a cluster node, host:6379, or ray://host:10001 (Ray Client). Without it: RAY_ADDRESS (set by `ray job submit`), else a private local Ray instance with --workers CPUs."),
     split_size: str = typer.Option("64MB", "--split-size", help="Target input bytes per task: big uncompressed files are cut into ranges of this size on document boundaries; small files are grouped up to it."),
     block_size: str = typer.Option("4MB", "--block-size", help="Text per processing block inside a task: bounds worker memory; random-next segments and the instance shuffle are drawn within a block."),
     max_instances_per_shard: int = typer.Option(100_000, "--max-instances-per-shard", help="A task's output rolls over to a new shard file after this many instances."),
@@ -173,11 +173,45 @@ def prepare(
     ),
     max_line_bytes: str = typer.Option("1MB", "--max-line-bytes", help="Longer lines are not decoded; their document is skipped and counted as line_too_long (memory stays bounded)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="A progress bar on a terminal, periodic log lines otherwise."),
-    s3_endpoint_url: Optional[str] = typer.Option(None, "--s3-endpoint-url", help="Endpoint of an S3-compatible store (sets AWS_ENDPOINT_URL); credentials come from the usual AWS chain."),
+    s3_endpoint_url: Optional[str] = typer.Option(
+        None, "--s3-endpoint-url",
+        help="Endpoint of an S3-compatible store, e.g. http://minio:9000 (sets AWS_ENDPOINT_URL, also on Ray "
+        "workers). Credentials come from the standard AWS chain (environment, ~/.aws, instance role) and are "
+        "never logged or written to the output.",
+    ),
+    task_rank: Optional[int] = typer.Option(
+        None, "--task-rank", min=0,
+        help="Array mode: this worker's rank in [0, --task-count); it runs the tasks whose index is rank mod "
+        "count, skipping completed ones. Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, or "
+        "JOB_COMPLETION_INDEX (Kubernetes Indexed Job).",
+        show_default=False,
+    ),
+    task_count: Optional[int] = typer.Option(
+        None, "--task-count", min=1,
+        help="Array mode: how many workers share the output (default: SLURM_ARRAY_TASK_COUNT; for a Kubernetes "
+        "Indexed Job give its completions). The first worker to see every task done writes manifest.json.",
+        show_default=False,
+    ),
+    claim: bool = typer.Option(
+        False, "--claim/--no-claim",
+        help="Claim mode: any number of identical workers share the output and take tasks through leases in "
+        "OUTPUT/_leases/ (conditional writes; a dead worker's task is taken over when its lease expires). "
+        "Each worker runs up to --workers tasks at a time and exits when every task is done; the first to see "
+        "them all done writes manifest.json. For autoscaling groups / managed instance groups.",
+    ),
+    lease_seconds: float = typer.Option(
+        120.0, "--lease-seconds", min=1.0,
+        help="Claim mode: a lease not renewed for this long is taken over (renewed every third of it).",
+    ),
 ) -> None:
     """Prepare masked-LM pretraining shards from raw text.
 
     Example: mlm-pipeline prepare corpus/ -o out/ -t vocab.txt --max-seq-length 128 --dupe-factor 5
+
+    Scaling out (same bytes as a local run; see docs/cloud.md): --executor ray [--ray-address auto]
+    on a Ray cluster or as `ray job submit -- mlm-pipeline prepare ...`; --task-count N for Slurm
+    arrays / Kubernetes Indexed Jobs; --claim for any number of identical machines sharing one
+    s3:// or gs:// output.
     """
     from mlm_pipeline.config import ConfigError, build_config, load_config_file
     from mlm_pipeline.executors.local import TaskFailed
@@ -217,6 +251,7 @@ def prepare(
             "max_line_bytes": max_line_bytes,
             "progress": progress,
         }
+        values.update(_scale_out_values(s3_endpoint_url, task_rank, task_count, claim, lease_seconds))
         if config_file is not None:
             # file values fill in every setting not given on the command line
             param_of = {"format": "fmt", "split_bytes": "split_size", "block_bytes": "block_size"}
@@ -236,13 +271,44 @@ def prepare(
         if isinstance(cause, (InputError, OutputError)):
             _fail(str(exc))
         _fail(str(exc), code=1)
+    except OSError as exc:  # storage unreachable, access denied, ...
+        _fail(f"{type(exc).__name__}: {exc}", code=1)
     except KeyboardInterrupt:
         typer.secho(
             "\ninterrupted: completed tasks are kept; run the same command again to resume.",
             fg=typer.colors.YELLOW, err=True,
         )
         raise typer.Exit(130)
+    if "worker" in manifest:  # array / claim mode: this worker's part
+        manifest = _echo_worker_summary(manifest)
+        if manifest is None:
+            return
     typer.echo(render_summary(manifest, config.output))
+
+
+def _scale_out_values(s3_endpoint_url, task_rank, task_count, claim, lease_seconds) -> dict:
+    """Settings of the scale-out flags (array rank/count completed from Slurm / Kubernetes)."""
+    from mlm_pipeline.executors.array import array_from_env
+
+    rank, count = array_from_env(task_rank, task_count) if not claim else (task_rank, task_count)
+    return {"s3_endpoint_url": s3_endpoint_url, "task_rank": rank, "task_count": count, "claim": claim,
+            "lease_seconds": lease_seconds}
+
+
+def _echo_worker_summary(summary: dict) -> dict | None:
+    ran = summary["ran"]
+    typer.echo(f"{summary['mode']} worker {summary['worker']}: ran {len(ran)} task(s)"
+               + (f" ({', '.join(ran[:8])}{' ...' if len(ran) > 8 else ''})" if ran else "")
+               + f"; {summary['tasks_done']} of {summary['tasks_total']} tasks done in {summary['output']}")
+    if summary["manifest"] is not None:
+        typer.echo("this worker completed the run and wrote manifest.json")
+        return summary["manifest"]
+    if summary["tasks_done"] >= summary["tasks_total"]:
+        typer.echo("run complete; manifest.json was written by another worker")
+    else:
+        typer.echo("other workers' tasks are still running; the last to finish writes manifest.json "
+                   "(or run: mlm-pipeline finalize OUTPUT)")
+    return None
 
 
 @app.command(no_args_is_help=True)
@@ -340,6 +406,33 @@ def train(
         f"{summary['eval_mlm_loss_before']:.3f} -> {summary['eval_mlm_loss_after']:.3f}; "
         f"checkpoint in {output_dir}/checkpoints/last.ckpt"
     )
+
+
+@app.command(no_args_is_help=True)
+def finalize(
+    output: str = typer.Argument(..., help="A prepared output directory or URL (s3://..., gs://...)."),
+    force: bool = typer.Option(False, "--force", help="Rewrite manifest.json even if it exists."),
+    s3_endpoint_url: Optional[str] = typer.Option(None, "--s3-endpoint-url", help="Endpoint of an S3-compatible store."),
+) -> None:
+    """Write manifest.json from the markers of a complete run (array / claim workers do this themselves).
+
+    Needs only the output: the settings and plan are in its _run.json and _plan.json. Exits 1 and
+    lists the missing tasks if the run is not complete.
+    """
+    from mlm_pipeline.finalize import IncompleteRun, finalize as finalize_output
+    from mlm_pipeline.report import render_summary
+
+    if s3_endpoint_url:
+        os.environ["AWS_ENDPOINT_URL"] = s3_endpoint_url
+    try:
+        manifest, wrote = finalize_output(output, force=force)
+    except IncompleteRun as exc:
+        _fail(str(exc), code=1)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    if not wrote:
+        typer.echo("manifest.json already exists (use --force to rewrite it)")
+    typer.echo(render_summary(manifest, output))
 
 
 def main() -> None:

@@ -38,6 +38,8 @@ DecodePolicy = Literal["replace", "skip", "fail"]
 
 # Settings that do not influence the produced shards.
 RUNTIME_ONLY = frozenset({"workers", "executor", "ray_address", "progress", "output", "inputs"})
+# ... and the scale-out settings (where and by whom tasks run), none of which changes a byte
+RUNTIME_ONLY = RUNTIME_ONLY | {"s3_endpoint_url", "task_rank", "task_count", "claim", "lease_seconds"}
 
 
 class ConfigError(ValueError):
@@ -78,6 +80,27 @@ class PrepareConfig(BaseModel):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     progress: bool = True
+
+    # scale-out (runtime only): S3-compatible endpoint, array mode (this worker's share of the
+    # tasks) and claim mode (workers take tasks through leases in the output)
+    s3_endpoint_url: str | None = None
+    task_rank: int | None = Field(default=None, ge=0)
+    task_count: int | None = Field(default=None, ge=1)
+    claim: bool = False
+    lease_seconds: float = Field(default=120.0, ge=1.0)
+
+    @model_validator(mode="after")
+    def _check_scale_out(self) -> "PrepareConfig":
+        if self.task_count is not None and (self.task_rank is None or self.task_rank >= self.task_count):
+            raise ValueError(f"task_rank must be given and in [0, task_count) with task_count={self.task_count}"
+                             f" (got {self.task_rank})")
+        if self.task_rank is not None and self.task_count is None:
+            raise ValueError("task_rank needs task_count")
+        if self.claim and self.task_count is not None:
+            raise ValueError("claim mode and array mode (task_rank/task_count) exclude each other")
+        if (self.claim or self.task_count is not None) and self.executor != "local":
+            raise ValueError("array and claim modes run tasks with the local executor on each worker")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -118,11 +118,15 @@ def read_bytes(url: str) -> bytes:
 
 def exists(url: str) -> bool:
     fs, path = get_fs(url)
+    fs.invalidate_cache(path)
     return fs.exists(path)
 
 
 def listdir(url: str) -> list[str]:
+    """Entries of a directory or prefix, listed afresh (never from a cached listing: other
+    processes and machines may have added objects since)."""
     fs, path = get_fs(url)
+    fs.invalidate_cache(path)
     if not fs.exists(path):
         return []
     prefix = _protocol_prefix(url)

@@ -4,6 +4,7 @@ The driver never reads corpus data (planning uses file sizes; a peek of a few KB
 the format and binary files). State lives in the output itself, so any machine can resume a run:
 
     OUTPUT/_run.json            settings + tokenizer and plan fingerprints (written first)
+    OUTPUT/_plan.json           the tasks and input files (lets `finalize` work from the output alone)
     OUTPUT/shards/part-*.EXT    committed shards
     OUTPUT/_tasks/ID.json       per-task completion marker with shard list and stats (written last)
     OUTPUT/manifest.json        totals and every shard (written at the end)
@@ -16,10 +17,11 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 
-from mlm_pipeline import __version__, fs
+from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.plan import Plan, plan_tasks
+from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.progress import Progress
 from mlm_pipeline.stats import merge_counts
 from mlm_pipeline.task import TASKS_DIR, marker_url
@@ -30,6 +32,7 @@ log = logging.getLogger("mlm_pipeline")
 
 RUN_FILE = "_run.json"
 MANIFEST = "manifest.json"
+PLAN_FILE = "_plan.json"
 
 
 class OutputError(ValueError):
@@ -54,11 +57,12 @@ def _check_or_start_run(config: PrepareConfig, record: dict) -> None:
     except (OSError, json.JSONDecodeError) as exc:
         raise OutputError(f"cannot read {url}: {exc}") from exc
     if existing is None:
-        try:
-            fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        try:  # a conditional create: of workers starting together, one writes it, the others compare
+            if cas.create_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode()):
+                return
+            existing = json.loads(fs.read_bytes(url))
         except OSError as exc:
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
-        return
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
     for key in sorted(set(old) | set(new)):
@@ -128,22 +132,76 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
-    """Run (or resume) ``prepare``; returns the manifest."""
+@dataclass
+class RunStart:
+    """What every executor needs before running tasks: the plan, the run record, what is done."""
+
+    plan: Plan
+    record: dict
+    done: dict[str, dict]
+
+    @property
+    def pending(self) -> list[Task]:
+        return [t for t in self.plan.tasks if t.task_id not in self.done]
+
+
+def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
+    """Plan, check or record the run in ``OUTPUT/_run.json``, and find completed tasks.
+
+    ``clean=False`` keeps ``OUTPUT/_tmp`` (other workers may be writing there: array and claim
+    modes on a shared directory).
+    """
+    if getattr(config, "s3_endpoint_url", None):
+        os.environ["AWS_ENDPOINT_URL"] = config.s3_endpoint_url  # before any S3 client exists
     tok = load_tokenizer(config.tokenizer, config.do_lower_case)  # fail early on a bad tokenizer
     plan = plan_tasks(config)
     for s in plan.skipped_files:
         log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = _run_record(config, tok.fingerprint, plan)
     _check_or_start_run(config, record)
-    clean_tmp(config.output)
+    _save_plan(config, plan)
+    if clean:
+        clean_tmp(config.output)
     done = _completed_markers(config, plan)
-    pending = [t for t in plan.tasks if t.task_id not in done]
-    workers = config.workers or default_workers()
-    workers = max(1, min(workers, len(pending))) if pending else 1
     if done:
         log.info("resuming: %d of %d tasks already complete", len(done), len(plan.tasks))
-    markers = list(done.values())
+    return RunStart(plan=plan, record=record, done=done)
+
+
+def _save_plan(config: PrepareConfig, plan: Plan) -> None:
+    """``OUTPUT/_plan.json``: what ``mlm-pipeline finalize`` needs to write the manifest alone."""
+    url = fs.join(config.output, PLAN_FILE)
+    blob = json.dumps(
+        {"plan_fingerprint": plan.fingerprint(), "files": plan.files, "skipped_files": plan.skipped_files,
+         "tasks": [t.to_dict() for t in plan.tasks]},
+        indent=1, sort_keys=True,
+    ).encode()
+    if not fs.exists(url):
+        fs.atomic_write_bytes(url, blob)  # same plan, same bytes: a racing writer writes the same
+
+
+def write_manifest(config: PrepareConfig, record: dict, plan: Plan, markers: list[dict]) -> dict:
+    manifest = build_manifest(config, record, plan, markers)
+    fs.atomic_write_bytes(fs.join(config.output, MANIFEST), json.dumps(manifest, indent=1).encode())
+    clean_tmp(config.output)
+    return manifest
+
+
+def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
+    """Run (or resume) ``prepare``; returns the manifest.
+
+    With ``task_count`` or ``claim`` set, this process runs only its share of the tasks
+    (:mod:`mlm_pipeline.executors.array`) and returns that worker's summary instead.
+    """
+    if getattr(config, "task_count", None) is not None or getattr(config, "claim", False):
+        from mlm_pipeline.executors.array import run_distributed
+
+        return run_distributed(config, show_progress=show_progress)
+    start = start_run(config)
+    pending = start.pending
+    workers = config.workers or default_workers()
+    workers = max(1, min(workers, len(pending))) if pending else 1
+    markers = list(start.done.values())
     progress = Progress(
         total_bytes=sum(t.input_bytes for t in pending),
         total_tasks=len(pending),
@@ -162,7 +220,4 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
         for marker in results:
             markers.append(marker)
             progress.task_done(marker)
-    manifest = build_manifest(config, record, plan, markers)
-    fs.atomic_write_bytes(fs.join(config.output, MANIFEST), json.dumps(manifest, indent=1).encode())
-    clean_tmp(config.output)
-    return manifest
+    return write_manifest(config, start.record, start.plan, markers)

@@ -1,0 +1,128 @@
+"""Ray executor: the planned tasks as Ray tasks on a cluster (or on a private local Ray instance).
+
+Each Ray task calls the same pure function as the local executor (:func:`mlm_pipeline.task.run_task`)
+with the same ``Task`` and config, so the shards are byte-identical to ``--executor local``. What
+Ray adds is where tasks run and what happens when a machine goes away:
+
+* **Where**: ``--ray-address ADDR`` (``auto`` on a cluster node, ``ray://host:10001`` through Ray
+  Client); without it the ``RAY_ADDRESS`` environment variable (set by ``ray job submit`` for the
+  job's entrypoint); without either a private local instance (``address="local"``, never another
+  user's cluster on the same machine) with ``--workers`` CPUs.
+* **One CPU per task**: a task runs one tokenizer thread (``TOKENIZERS_PARALLELISM=false``), so a
+  node with N CPUs runs N tasks. The tokenizer is loaded in each worker process from its path,
+  never pickled (``load_tokenizer`` caches it per process).
+* **Node or worker loss**: a task whose worker process or node dies is resubmitted by Ray
+  (``max_retries``); a killed task never committed anything visible (shards are committed
+  atomically, the marker last), so the retry writes the same bytes from scratch.
+  An exception raised by the task itself is deterministic and not retried: the run stops with
+  ``TaskFailed`` naming the task's input range, and the other tasks are cancelled.
+* **Progress**: the driver waits on the task references and reports each finished task's bytes,
+  documents and tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Iterator
+
+from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.executors.local import TaskFailed
+from mlm_pipeline.plan import Task
+
+log = logging.getLogger("mlm_pipeline")
+
+MAX_RETRIES = 3  # resubmissions of a task after its worker or node died
+LOCAL_OBJECT_STORE_BYTES = 256 << 20  # markers are tiny: the private instance needs little
+
+
+def _ray_task(task: Task, config: PrepareConfig) -> dict:
+    """Body of one Ray task (runs in a Ray worker process)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    endpoint = getattr(config, "s3_endpoint_url", None)
+    if endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    from mlm_pipeline.task import run_task
+
+    return run_task(task, config)
+
+
+def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
+    """Connect this process to Ray; whether it started (and so must shut down) the connection."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"logging_level": logging.WARNING, "log_to_driver": True}
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        log.info("ray: starting a private local instance with %s CPUs", num_cpus or "all")
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            include_dashboard=False,
+            **quiet,
+        )
+    else:
+        ray.init(address=address, **quiet)  # None: RAY_ADDRESS
+        log.info("ray: connected to %s (%s CPUs)", address or os.environ.get("RAY_ADDRESS"),
+                 ray.cluster_resources().get("CPU", 0))
+    return True
+
+
+def _progress_of(marker: dict) -> dict:
+    stats = marker.get("stats", {})
+    return {"bytes": stats.get("bytes_read", 0), "documents": stats.get("documents_read", 0),
+            "tokens": stats.get("tokens", 0)}
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The task's own exception inside a ``RayTaskError`` (else the Ray error itself)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def run_ray(
+    tasks: list[Task],
+    config: PrepareConfig,
+    on_progress: Callable[[dict], None],
+    *,
+    max_retries: int = MAX_RETRIES,
+) -> Iterator[dict]:
+    """Run ``tasks`` as Ray tasks, yielding each task's marker as it completes (any order)."""
+    if not tasks:
+        return
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    from mlm_pipeline.pipeline import default_workers
+
+    started = connect(config.ray_address, num_cpus=config.workers or default_workers())
+    remote = ray.remote(_ray_task)
+    options = {"num_cpus": 1, "max_retries": max_retries, "retry_exceptions": False}
+    pending: dict = {}
+    try:
+        config_ref = ray.put(config)
+        for task in tasks:
+            pending[remote.options(name=f"mlm-pipeline-task-{task.task_id}", **options).remote(task, config_ref)] = task
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                task = pending.pop(ref)
+                try:
+                    marker = ray.get(ref)
+                except RayTaskError as exc:
+                    raise TaskFailed(task, _cause(exc)) from exc
+                except RayError as exc:  # worker/node lost more often than max_retries, ...
+                    raise TaskFailed(task, exc) from exc
+                on_progress(_progress_of(marker))
+                yield marker
+    finally:
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        if started:
+            ray.shutdown()

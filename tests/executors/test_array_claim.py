@@ -1,0 +1,214 @@
+"""Array and claim modes: separate worker processes racing on one S3 prefix (SeaweedFS, moto).
+
+Every shard is produced exactly once, the output equals a local run, the manifest is written once,
+and a worker killed while holding a lease has its task taken over after the lease expires.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest_servers import s3_env, subprocess_env
+from helpers_run import INPUTS, SETTINGS, VOCAB, comparable, make_config, read_manifest
+
+
+@pytest.fixture(scope="module")
+def local_baseline(tmp_path_factory):
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path_factory.mktemp("local")
+    return run_prepare(make_config(INPUTS, out), show_progress=False)
+
+
+def _cmd(output: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *INPUTS, "-o", output, "-t", VOCAB,
+            "--no-progress", "--workers", "1", "--split-size", SETTINGS["split_bytes"],
+            "--block-size", SETTINGS["block_bytes"],
+            "--max-instances-per-shard", str(SETTINGS["max_instances_per_shard"]), *extra]
+
+
+def _run_workers(cmds: list[list[str]], env: dict, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    results = []
+    for p, c in zip(procs, cmds):
+        out, err = p.communicate(timeout=timeout)
+        results.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+    return results
+
+
+def _claimed(stderr: str) -> list[str]:
+    return re.findall(r"task (\d+): claimed by", stderr)
+
+
+@pytest.mark.s3
+def test_claim_workers_race_on_one_prefix(seaweedfs, local_baseline):
+    """(moto honours the same conditional headers: tests/storage/test_cas.py races on both.)"""
+    s3 = seaweedfs
+    out = s3.new_prefix("claim")
+    results = _run_workers([_cmd(out, "--claim", "--lease-seconds", "20")] * 3, subprocess_env(s3.env()))
+    for r in results:
+        assert r.returncode == 0, r.stderr
+    claims = Counter(t for r in results for t in _claimed(r.stderr))
+    assert sorted(claims) == [f"{i:05d}" for i in range(local_baseline["tasks"])]
+    assert set(claims.values()) == {1}, claims  # each task run exactly once
+    assert sum("wrote manifest.json" in r.stdout for r in results) == 1
+    with s3_env(s3):
+        manifest = read_manifest(out)
+    assert comparable(manifest) == comparable(local_baseline)
+    keys = s3.keys(out)
+    assert not [k for k in keys if k.startswith("_leases/")]  # every lease released
+    assert sorted(k for k in keys if k.startswith("shards/")) == sorted(s["path"] for s in manifest["shards"])
+
+
+@pytest.mark.s3
+def test_worker_killed_holding_a_lease_is_taken_over(seaweedfs, local_baseline):
+    out = seaweedfs.new_prefix("takeover")
+    env = subprocess_env(seaweedfs.env())
+    lease = 3
+    doomed = subprocess.Popen(_cmd(out, "--claim", "--lease-seconds", str(lease)), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]:
+        assert doomed.poll() is None, doomed.communicate()
+        assert time.time() < deadline
+        time.sleep(0.02)
+    doomed.send_signal(signal.SIGKILL)  # dies holding the lease of a task in progress
+    doomed.communicate()
+    orphan = [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]
+    assert len(orphan) == 1
+    orphan_task = orphan[0].split("/")[1][: -len(".json")]
+    killed_at = time.time()
+
+    (rescuer,) = _run_workers([_cmd(out, "--claim", "--lease-seconds", str(lease))], env)
+    assert rescuer.returncode == 0, rescuer.stderr
+    assert re.search(rf"task {orphan_task}: took over the expired lease of \S+", rescuer.stderr), rescuer.stderr
+    assert time.time() - killed_at >= lease  # not before the lease expired
+    assert "wrote manifest.json" in rescuer.stdout
+    with s3_env(seaweedfs):
+        manifest = read_manifest(out)
+    assert comparable(manifest) == comparable(local_baseline)
+    assert not [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]
+
+
+@pytest.mark.s3
+def test_array_workers_split_the_tasks_and_the_last_writes_the_manifest(seaweedfs, local_baseline):
+    out = seaweedfs.new_prefix("array")
+    env = subprocess_env(seaweedfs.env())
+    # rank 2 of 3 first and alone: its share only, no manifest yet; finalize refuses
+    (first,) = _run_workers([_cmd(out, "--task-rank", "2", "--task-count", "3")], env)
+    assert first.returncode == 0, first.stderr
+    expected_2 = [f"{i:05d}" for i in range(local_baseline["tasks"]) if i % 3 == 2]
+    assert sorted(k[len("_tasks/"):-5] for k in seaweedfs.keys(out) if k.startswith("_tasks/")) == expected_2
+    assert "manifest.json" not in seaweedfs.keys(out)
+    from mlm_pipeline.finalize import IncompleteRun, finalize
+
+    with s3_env(seaweedfs), pytest.raises(IncompleteRun) as missing:
+        finalize(out)
+    assert sorted(missing.value.missing) == sorted(set(f"{i:05d}" for i in range(local_baseline["tasks"])) - set(expected_2))
+    # ranks 0 and 1 (from Slurm's variables for one of them) together
+    slurm = {**env, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "3"}
+    procs = [subprocess.Popen(_cmd(out, "--task-rank", "0", "--task-count", "3"), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True),
+             subprocess.Popen(_cmd(out), env=slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "array mode: worker 1 of 3" in outs[1][1]
+    assert sum("wrote manifest.json" in o for o, _ in outs) == 1
+    with s3_env(seaweedfs):
+        manifest = read_manifest(out)
+    assert comparable(manifest) == comparable(local_baseline)
+    with s3_env(seaweedfs):
+        again, wrote = finalize(out)
+    assert not wrote and comparable(again) == comparable(local_baseline)
+
+
+def test_claim_on_a_local_directory(tmp_path, local_baseline):
+    """Three claim workers on a shared local directory (leases by link + flock)."""
+    out = str(tmp_path / "out")
+    results = _run_workers([_cmd(out, "--claim", "--lease-seconds", "20")] * 3, subprocess_env())
+    for r in results:
+        assert r.returncode == 0, r.stderr
+    claims = Counter(t for r in results for t in _claimed(r.stderr))
+    assert len(claims) == local_baseline["tasks"] and set(claims.values()) == {1}
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert comparable(manifest) == comparable(local_baseline)
+
+
+def test_finalize_rewrites_a_local_manifest_from_markers(tmp_path, local_baseline):
+    from mlm_pipeline.finalize import finalize
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path / "out"
+    run_prepare(make_config(INPUTS, out), show_progress=False)
+    (out / "manifest.json").unlink()
+    manifest, wrote = finalize(str(out))
+    assert wrote and comparable(manifest) == comparable(local_baseline)
+    again, wrote = finalize(str(out))
+    assert not wrote and comparable(again) == comparable(local_baseline)
+
+
+@pytest.mark.parametrize(
+    "flags, env, expected",
+    [
+        ((None, None), {}, (None, None)),
+        ((1, 4), {}, (1, 4)),
+        ((None, 4), {"JOB_COMPLETION_INDEX": "3"}, (3, 4)),
+        ((None, None), {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "3"}, (2, 3)),
+        ((0, None), {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "8"}, (0, 8)),
+    ],
+)
+def test_array_rank_and_count_from_flags_and_environment(flags, env, expected):
+    from mlm_pipeline.executors.array import array_from_env
+
+    assert array_from_env(*flags, environ=env) == expected
+
+
+@pytest.mark.parametrize("flags, env", [((2, None), {}), ((None, 3), {}), ((None, 3), {"JOB_COMPLETION_INDEX": "x"})])
+def test_array_settings_errors(flags, env):
+    from mlm_pipeline.executors.array import array_from_env
+
+    with pytest.raises(ValueError):
+        array_from_env(*flags, environ=env)
+
+
+def test_config_refuses_inconsistent_scale_out_settings(tmp_path):
+    from mlm_pipeline.config import ConfigError
+
+    for bad in ({"task_rank": 3, "task_count": 3}, {"claim": True, "task_rank": 0, "task_count": 2},
+                {"claim": True, "executor": "ray"}, {"task_rank": 1}):
+        with pytest.raises(ConfigError):
+            make_config(INPUTS, tmp_path, **bad)
+    # none of them changes the output fingerprint
+    base = make_config(INPUTS, tmp_path)
+    assert make_config(INPUTS, tmp_path, claim=True, lease_seconds=5, s3_endpoint_url="http://x").output_fingerprint() \
+        == base.output_fingerprint()
+
+
+def test_finalize_command_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    out = tmp_path / "out"
+    runner = CliRunner()
+    args = ["prepare", *INPUTS, "-o", str(out), "-t", VOCAB, "--no-progress", "--workers", "1",
+            "--split-size", SETTINGS["split_bytes"], "--task-rank", "0", "--task-count", "2"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "array worker 0/2" in first.output and "still running" in first.output
+    incomplete = runner.invoke(app, ["finalize", str(out)])
+    assert incomplete.exit_code == 1 and "not complete yet" in incomplete.output
+    second = runner.invoke(app, args[:-4] + ["--task-rank", "1", "--task-count", "2"])
+    assert second.exit_code == 0 and "wrote manifest.json" in second.output
+    again = runner.invoke(app, ["finalize", str(out)])
+    assert again.exit_code == 0 and "already exists" in again.output
+    forced = runner.invoke(app, ["finalize", str(out), "--force"])
+    assert forced.exit_code == 0 and "already exists" not in forced.output

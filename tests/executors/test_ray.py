@@ -1,0 +1,167 @@
+"""The Ray executor on a real multi-node Ray cluster (head + 2 worker nodes on 127.0.0.1).
+
+Output must equal the local executor's byte for byte, also when a worker node is killed mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest_servers import subprocess_env
+from helpers_run import INPUTS, SETTINGS, VOCAB, comparable, make_config, shard_table
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def local_baseline(tmp_path_factory):
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path_factory.mktemp("local")
+    manifest = run_prepare(make_config(INPUTS, out), show_progress=False)
+    manifest["_dir"] = out
+    return manifest
+
+
+def _files_equal(a: Path, b: Path, manifest: dict) -> None:
+    for s in manifest["shards"]:
+        assert (a / s["path"]).read_bytes() == (b / s["path"]).read_bytes(), s["path"]
+
+
+def test_ray_output_equals_local_byte_for_byte(ray_cluster, local_baseline, tmp_path):
+    from mlm_pipeline.pipeline import run_prepare
+
+    assert local_baseline["tasks"] >= 8
+    progress = []
+    config = make_config(INPUTS, tmp_path, executor="ray", ray_address=ray_cluster.address)
+
+    import mlm_pipeline.progress as progress_mod
+
+    real_update = progress_mod.Progress.update
+
+    def spy(self, delta):
+        progress.append(delta)
+        real_update(self, delta)
+
+    progress_mod.Progress.update = spy
+    try:
+        manifest = run_prepare(config, show_progress=False)
+    finally:
+        progress_mod.Progress.update = real_update
+    assert comparable(manifest) == comparable(local_baseline)
+    _files_equal(local_baseline["_dir"], tmp_path, manifest)
+    # one progress report per finished task, adding up to the input read
+    assert len(progress) == manifest["tasks"]
+    assert sum(p["bytes"] for p in progress) == manifest["totals"]["bytes_read"]
+    # the run connected to the cluster and disconnected again; the cluster is still there
+    import ray
+
+    assert not ray.is_initialized()
+    assert len([n for n in ray_cluster.list_all_nodes()]) == 3
+
+
+def test_rerun_on_ray_resumes_nothing_to_do(ray_cluster, tmp_path, local_baseline):
+    from mlm_pipeline.pipeline import run_prepare
+
+    config = make_config(INPUTS, tmp_path, executor="ray", ray_address=ray_cluster.address)
+    first = run_prepare(make_config(INPUTS, tmp_path), show_progress=False)  # local run first
+    stamp = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "shards").iterdir()}
+    second = run_prepare(config, show_progress=False)
+    assert shard_table(second) == shard_table(first) == shard_table(local_baseline)
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "shards").iterdir()} == stamp
+
+
+def test_failed_task_reports_its_input_range(ray_cluster, tmp_path):
+    from mlm_pipeline.executors.local import TaskFailed
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.read.base import InputError
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A good sentence here.\nAnother one.\n\nBroken \xff\xfe bytes in this line.\n")
+    config = make_config([bad], tmp_path / "out", executor="ray", ray_address=ray_cluster.address,
+                         on_decode_error="fail")
+    with pytest.raises(TaskFailed) as info:
+        run_prepare(config, show_progress=False)
+    assert isinstance(info.value.cause, InputError)
+    assert f"{bad} [bytes 0:end]" in str(info.value)
+    assert not list((tmp_path / "out").glob("_tasks/*.json"))
+    assert not list((tmp_path / "out").glob("shards/*"))
+
+
+def test_ray_workers_write_to_s3_with_the_endpoint_given_in_the_config(ray_cluster, seaweedfs, local_baseline,
+                                                                      monkeypatch):
+    """Output on S3 from the worker nodes; only the config carries the endpoint to them."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    for key, value in seaweedfs.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # restored (absent) after the test
+    out = seaweedfs.new_prefix("ray")
+    config = make_config(INPUTS, out, executor="ray", ray_address=ray_cluster.address,
+                         s3_endpoint_url=seaweedfs.endpoint)
+    manifest = run_prepare(config, show_progress=False)
+    assert comparable(manifest) == comparable(local_baseline)
+    assert sorted(k for k in seaweedfs.keys(out) if k.startswith("shards/")) == sorted(
+        s["path"] for s in manifest["shards"])
+
+
+def test_without_an_address_a_private_local_instance_is_started(ray_cluster, tmp_path):
+    """Never another cluster of this machine: plain ray.init() would join the test cluster."""
+    import ray
+
+    from mlm_pipeline.executors.ray import connect
+    from mlm_pipeline.pipeline import run_prepare
+
+    assert (Path(os.environ["RAY_TMPDIR"]) / "ray" / "ray_current_cluster").read_text().strip() == ray_cluster.address
+    assert connect(None, num_cpus=1)
+    try:
+        assert ray.get_runtime_context().gcs_address != ray_cluster.address
+        assert ray.cluster_resources()["CPU"] == 1
+        manifest = run_prepare(make_config(INPUTS[1:], tmp_path, executor="ray"), show_progress=False)
+        assert ray.is_initialized()  # the caller's connection is left alone
+    finally:
+        ray.shutdown()
+    assert manifest["totals"]["instances"] > 0
+
+
+def test_killing_a_worker_node_mid_run_still_gives_identical_output(ray_cluster, local_baseline, tmp_path):
+    """The CLI as a driver; one worker node is killed (all its processes, SIGKILL) mid-run."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *INPUTS, "-o", str(out), "-t", VOCAB,
+           "--executor", "ray", "--ray-address", ray_cluster.address, "--no-progress",
+           "--split-size", SETTINGS["split_bytes"], "--block-size", SETTINGS["block_bytes"],
+           "--max-instances-per-shard", str(SETTINGS["max_instances_per_shard"])]
+    proc = subprocess.Popen(cmd, env=subprocess_env(ray_cluster.env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "_tasks").exists() or not any((out / "_tasks").glob("*.json")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "no task finished in time"
+            time.sleep(0.02)
+        done_before_kill = len(list((out / "_tasks").glob("*.json")))
+        victim = sorted(ray_cluster.worker_nodes, key=lambda n: n.unique_id)[0]
+        ray_cluster.remove_node(victim, allow_graceful=False)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert done_before_kill < local_baseline["tasks"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert comparable(manifest) == comparable(local_baseline)
+    _files_equal(local_baseline["_dir"], out, manifest)
+    # only complete shards are visible: exactly the manifest's, each with its recorded digest
+    assert sorted(os.listdir(out / "shards")) == sorted(Path(s["path"]).name for s in manifest["shards"])
+    # put a node back for any later test of this module
+    from conftest_servers import RAY_NODE
+
+    ray_cluster.add_node(num_cpus=1, **RAY_NODE)

@@ -1,0 +1,63 @@
+"""The lease protocol on a local directory with a controlled clock (the same code runs on S3/GCS
+through mlm_pipeline.cas; tests/executors/test_array_claim.py runs it with real processes)."""
+
+from __future__ import annotations
+
+import json
+
+from mlm_pipeline.claim import LeaseManager, lease_url
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_acquire_renew_expire_take_over_release(tmp_path):
+    out, clock = str(tmp_path), Clock()
+    a, b, c = (LeaseManager(out, owner, ttl=10, clock=clock) for owner in "abc")
+    la = a.try_acquire("00001")
+    assert la is not None and la.body["owner"] == "a"
+    assert b.try_acquire("00001") is None  # held and not expired
+    clock.now += 8
+    assert a.renew(la)  # renewed: expires 10 s from now
+    clock.now += 8
+    assert b.try_acquire("00001") is None  # would have expired without the renewal
+    clock.now += 3
+    lb = b.try_acquire("00001")  # expired: taken over, exactly once
+    assert lb is not None and lb.body["taken_over_from"] == "a"
+    assert c.try_acquire("00001") is None
+    assert not a.renew(la) and la.lost  # the old owner learns it lost the lease
+    assert json.loads(open(lease_url(out, "00001")).read())["owner"] == "b"
+    b.release(lb)
+    lc = c.try_acquire("00001")  # free again
+    assert lc is not None and lc.body["owner"] == "c"
+
+
+def test_an_unreadable_lease_counts_as_expired(tmp_path):
+    out = str(tmp_path)
+    path = tmp_path / "_leases" / "00002.json"
+    path.parent.mkdir()
+    path.write_text("not json")
+    lease = LeaseManager(out, "x", ttl=10).try_acquire("00002")
+    assert lease is not None and lease.body["taken_over_from"] is None
+
+
+def test_lease_ages_from_the_listing(tmp_path):
+    import os
+    import time
+
+    from mlm_pipeline.executors.array import lease_ages
+
+    assert lease_ages(str(tmp_path / "_leases")) == {}
+    manager = LeaseManager(str(tmp_path), "a", ttl=10)
+    assert manager.try_acquire("00003") is not None
+    path = tmp_path / "_leases" / "00003.json"
+    old = time.time() - 100
+    os.utime(path, (old, old))
+    (tmp_path / "_leases" / "00003.json.lock").write_text("")
+    ages = lease_ages(str(tmp_path / "_leases"))
+    assert list(ages) == ["00003"] and 99 < ages["00003"] < 120
