@@ -183,7 +183,6 @@ def _save_plan(config: PrepareConfig, plan: Plan) -> None:
 def write_manifest(config: PrepareConfig, record: dict, plan: Plan, markers: list[dict]) -> dict:
     manifest = build_manifest(config, record, plan, markers)
     fs.atomic_write_bytes(fs.join(config.output, MANIFEST), json.dumps(manifest, indent=1).encode())
-    clean_tmp(config.output)
     return manifest
 
 
@@ -220,4 +219,6 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
         for marker in results:
             markers.append(marker)
             progress.task_done(marker)
-    return write_manifest(config, start.record, start.plan, markers)
+    manifest = write_manifest(config, start.record, start.plan, markers)
+    clean_tmp(config.output)  # only this process wrote there (array/claim workers never get here)
+    return manifest
