@@ -308,3 +308,15 @@ def ray_cluster(seaweedfs):
             else:
                 os.environ[k] = v
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_baseline(tmp_path_factory):
+    """The local executor's output for the shared scale-out inputs: what Ray and S3 runs must equal."""
+    from helpers_run import INPUTS, make_config
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path_factory.mktemp("local")
+    manifest = run_prepare(make_config(INPUTS, out), show_progress=False)
+    manifest["_dir"] = out
+    return manifest

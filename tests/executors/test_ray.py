@@ -20,16 +20,6 @@ from helpers_run import INPUTS, SETTINGS, VOCAB, comparable, make_config, shard_
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture(scope="module")
-def local_baseline(tmp_path_factory):
-    from mlm_pipeline.pipeline import run_prepare
-
-    out = tmp_path_factory.mktemp("local")
-    manifest = run_prepare(make_config(INPUTS, out), show_progress=False)
-    manifest["_dir"] = out
-    return manifest
-
-
 def _files_equal(a: Path, b: Path, manifest: dict) -> None:
     for s in manifest["shards"]:
         assert (a / s["path"]).read_bytes() == (b / s["path"]).read_bytes(), s["path"]

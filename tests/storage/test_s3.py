@@ -23,16 +23,6 @@ pytestmark = pytest.mark.s3
 
 
 @pytest.fixture(scope="module")
-def local_baseline(tmp_path_factory):
-    from mlm_pipeline.pipeline import run_prepare
-
-    out = tmp_path_factory.mktemp("local")
-    manifest = run_prepare(make_config(INPUTS, out), show_progress=False)
-    manifest["_dir"] = out
-    return manifest
-
-
-@pytest.fixture(scope="module")
 def s3_inputs(seaweedfs) -> list[str]:
     prefix = seaweedfs.new_prefix("inputs")
     client = seaweedfs.client()
