@@ -26,7 +26,9 @@ Variants (``--variants``, comma-separated):
 
 Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks), so the
 one-worker and two-worker runs do the same work. Each size after the first of ``--sizes`` gets
-raw and tf-d1 runs (``--big-repeats`` rounds) to show that peak RSS does not grow with the input.
+raw, tf-d1 and tf-d1-w2 runs (``--big-repeats`` rounds): peak RSS must not grow with the input, and
+the two-worker speed-up is only meaningful once the input dwarfs the pool's start-up (interpreter
+start, imports and tokenizer load in each spawned worker, about a second).
 ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and reports the
 bytes that process read (the planner must not read the data).
 
@@ -162,6 +164,14 @@ def _self_peak_rss_mb() -> float:
     return kb / 1024 if sys.platform != "darwin" else kb / 2**20
 
 
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its waited-for children (pool workers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _preimport() -> None:
     """Import what ``run_prepare`` imports lazily, so a measurement times work, not imports
     (a CLI run pays them once per process; the benchmark reports process wall time too)."""
@@ -176,6 +186,7 @@ def _child_raw(spec: dict) -> dict:
     from mlm_pipeline.tokenize import load_tokenizer
 
     batch_lines = spec["batch_lines"]
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     tok = load_tokenizer(spec["vocab"]).tokenizer
     encode = tok.encode_batch_fast
@@ -194,7 +205,7 @@ def _child_raw(spec: dict) -> dict:
         tokens += sum(len(e) for e in encode(batch, add_special_tokens=False))
         lines += len(batch)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "tokens": tokens, "lines": lines}
+    return {"seconds": seconds, "cpu_seconds": _cpu_seconds() - cpu, "tokens": tokens, "lines": lines}
 
 
 def _child_prepare(spec: dict) -> dict:
@@ -208,12 +219,15 @@ def _child_prepare(spec: dict) -> dict:
         inputs=[spec["input"]], output=out, tokenizer=spec["vocab"], progress=False, **spec["config"]
     )
     with _PeakSampler() as sampler:
+        cpu = _cpu_seconds()
         start = time.perf_counter()
         manifest = run_prepare(config)
         seconds = time.perf_counter() - start
+        cpu = _cpu_seconds() - cpu
     totals = manifest["totals"]
     result = {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "tokens": totals.get("tokens", 0),
         "instances": totals.get("instances", 0),
         "tasks": manifest.get("tasks"),
@@ -236,6 +250,7 @@ def _child_hf(spec: dict) -> dict:
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
     block = spec["seq"]
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     tokenizer = BertTokenizerFast(vocab_file=spec["vocab"], do_lower_case=True)
     raw = datasets.load_dataset("text", data_files=spec["input"], split="train", cache_dir=spec["output"])
@@ -261,9 +276,10 @@ def _child_hf(spec: dict) -> dict:
         out = collator(examples)
         masked += int((out["labels"] != -100).sum())
     seconds = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu
     tokens = sum(len(x) for x in tokenized["input_ids"])
     shutil.rmtree(spec["output"], ignore_errors=True)
-    return {"seconds": seconds, "tokens": tokens, "instances": n, "masked": masked}
+    return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "instances": n, "masked": masked}
 
 
 def _child_plan(spec: dict) -> dict:
@@ -428,6 +444,7 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
             "mb_per_s_all": [round(x, 3) for x in mbps],
             "tokens_per_s": median([x["tokens"] / x["seconds"] for x in res]),
             "seconds": median([x["seconds"] for x in res]),
+            "cpu_seconds": median([x.get("cpu_seconds") for x in res]),
             "peak_rss_mb": max(x.get("self_peak_rss_mb", 0) for x in res),
         }
         workers = [p for x in res for p in x.get("worker_peak_rss_mb", [])]
@@ -441,9 +458,16 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
         out[v] = entry
     comparisons = {}
     for v, b, label in COMPARISONS:
-        ratios = [r[b]["seconds"] / r[v]["seconds"] for r in rounds if v in r and b in r]
-        if ratios:
+        pairs = [(r[b], r[v]) for r in rounds if v in r and b in r]
+        if pairs:
+            ratios = [base["seconds"] / x["seconds"] for base, x in pairs]
             comparisons[f"{v}/{b}"] = {"label": label, "ratio": median(ratios), "all": [round(x, 3) for x in ratios]}
+            if v.endswith("-w2"):
+                # CPU work of the two-worker run relative to one worker: the speed-up two idle
+                # cores would give is 2 x this; the wall-clock ratio also depends on other load.
+                work = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
+                comparisons[f"{v}/{b}"]["cpu_work_ratio"] = median(work)
+                comparisons[f"{v}/{b}"]["cores_used"] = median([x["cpu_seconds"] / x["seconds"] for _, x in pairs])
     return {"variants": out, "comparisons": comparisons}
 
 
@@ -464,6 +488,9 @@ def print_summary(title: str, summary: dict) -> None:
         )
     for key, c in summary["comparisons"].items():
         print(f"ratio {key:<20} {c['ratio']:.2f}x  ({c['label']}; rounds: {', '.join(f'{x:.2f}' for x in c['all'])})")
+        if "cpu_work_ratio" in c:
+            print(f"      CPU seconds of 1 worker / of 2 workers: {c['cpu_work_ratio']:.2f}; cores busy during the "
+                  f"2-worker run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -473,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
                         "WikiText-2 sample; e.g. /work/shared/corpus/wikitext2-train.txt)")
     p.add_argument("--vocab", type=Path, default=DEFAULT_VOCAB, help="tokenizer (default: bundled bert-base-uncased vocab)")
     p.add_argument("--sizes", default="10MB",
-                   help="input sizes, comma-separated: the first runs every variant, the others raw + tf-d1 "
+                   help="input sizes, comma-separated: the first runs every variant, the others raw, tf-d1, tf-d1-w2 "
                         "(peak RSS must not grow with the input), e.g. 10MB,200MB or 10MB,1GB")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated subset of {','.join(ALL_VARIANTS)}")
     p.add_argument("--repeats", type=int, default=3, help="rounds over all variants at the first size (median reported)")
@@ -535,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             label = fmt_size(size)
             inp = build_input(args.input, size, work / f"input-{size}.txt")
             size = inp.stat().st_size
-            these = variants if si == 0 else [v for v in ("raw", "tf-d1") if v in variants]
+            these = variants if si == 0 else [v for v in ("raw", "tf-d1", "tf-d1-w2") if v in variants]
             repeats = args.repeats if si == 0 else args.big_repeats
             rounds: list[dict[str, dict]] = []
             for r in range(repeats):
