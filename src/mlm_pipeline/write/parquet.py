@@ -87,8 +87,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
 
 # Dictionary encoding and column statistics buy nothing for token-id lists (tens of thousands of
 # distinct values; min/max of ids are no use to a reader) and cost a quarter of the writing time;
-# without them the file is about 3% larger.
-WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": False, "write_statistics": False}
+# without them the file is about 3% larger. Larger write batches: fewer passes through the writer.
+WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": False, "write_statistics": False, "write_batch_size": 65536}
 
 
 class ParquetShardWriter:
