@@ -4,7 +4,10 @@
 Absolute MB/s on a shared machine are noise; ratios measured in the same run are not. So every
 repeat ("round") runs every variant once, in a rotated order, each in a fresh subprocess, and the
 figures reported are medians over rounds of each variant's MB/s and of its ratio to the raw
-tokenizer *of the same round*.
+tokenizer *of the same round*. The same ratio is also given in CPU seconds (user + system, of the
+process and its pool workers). On a busy shared VM both swing by tens of percent from run to run
+(contention slows the CPU work itself: shared caches, SMT siblings, steal), so use several
+rounds and read the medians.
 
     python benchmarks/prepare_bench.py                       # 10 MB built from the bundled sample
     python benchmarks/prepare_bench.py --input /work/shared/corpus/wikitext2-train.txt \\
@@ -455,13 +458,20 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
             ratios = [r["raw"]["seconds"] / r[v]["seconds"] for r in rounds if v in r and "raw" in r]
             entry["ratio_vs_raw"] = median(ratios)
             entry["ratio_vs_raw_all"] = [round(x, 3) for x in ratios]
+            # the same ratio in CPU seconds: far less sensitive to other load on a shared machine
+            cpu = [r["raw"]["cpu_seconds"] / r[v]["cpu_seconds"] for r in rounds if v in r and "raw" in r]
+            entry["cpu_ratio_vs_raw"] = median(cpu)
+            entry["cpu_ratio_vs_raw_all"] = [round(x, 3) for x in cpu]
         out[v] = entry
     comparisons = {}
     for v, b, label in COMPARISONS:
         pairs = [(r[b], r[v]) for r in rounds if v in r and b in r]
         if pairs:
             ratios = [base["seconds"] / x["seconds"] for base, x in pairs]
+            cpu = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
             comparisons[f"{v}/{b}"] = {"label": label, "ratio": median(ratios), "all": [round(x, 3) for x in ratios]}
+            if not v.endswith("-w2"):
+                comparisons[f"{v}/{b}"]["cpu_ratio"] = median(cpu)
             if v.endswith("-w2"):
                 # CPU work of the two-worker run relative to one worker: the speed-up two idle
                 # cores would give is 2 x this; the wall-clock ratio also depends on other load.
@@ -473,7 +483,8 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
 
 def print_summary(title: str, summary: dict) -> None:
     print(f"\n== {title}")
-    print(f"{'variant':<11} {'MB/s':>7} {'tokens/s':>10} {'ratio vs raw':>13} {'peak RSS MB':>12}  per-round ratios")
+    print(f"{'variant':<11} {'MB/s':>7} {'tokens/s':>10} {'ratio vs raw':>13} {'CPU ratio':>10} {'peak RSS MB':>12}"
+          "  per-round ratios (wall)")
     for v, e in summary["variants"].items():
         ratio = e.get("ratio_vs_raw")
         rss = e["peak_rss_mb"]
@@ -481,13 +492,16 @@ def print_summary(title: str, summary: dict) -> None:
             rss_text = f"{e['pool_worker_peak_rss_mb']:.0f}/worker"
         else:
             rss_text = f"{rss:.0f}"
+        cpu = e.get("cpu_ratio_vs_raw")
         print(
             f"{v:<11} {e['mb_per_s']:7.2f} {e['tokens_per_s']:10.0f} "
-            f"{(f'{ratio:.2f}x' if ratio is not None else '-'):>13} {rss_text:>12}  "
+            f"{(f'{ratio:.2f}x' if ratio is not None else '-'):>13} "
+            f"{(f'{cpu:.2f}x' if cpu is not None else '-'):>10} {rss_text:>12}  "
             f"{', '.join(f'{x:.2f}' for x in e.get('ratio_vs_raw_all', []))}"
         )
     for key, c in summary["comparisons"].items():
-        print(f"ratio {key:<20} {c['ratio']:.2f}x  ({c['label']}; rounds: {', '.join(f'{x:.2f}' for x in c['all'])})")
+        cpu = f", CPU-time ratio {c['cpu_ratio']:.2f}x" if "cpu_ratio" in c else ""
+        print(f"ratio {key:<20} {c['ratio']:.2f}x  ({c['label']}; rounds: {', '.join(f'{x:.2f}' for x in c['all'])}{cpu})")
         if "cpu_work_ratio" in c:
             print(f"      CPU seconds of 1 worker / of 2 workers: {c['cpu_work_ratio']:.2f}; cores busy during the "
                   f"2-worker run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
