@@ -73,20 +73,16 @@ def _continuation_table(tok: Tokenizer) -> np.ndarray:
     word *starts* (``Ġ``, ``▁``) instead, so there a token without the marker continues a word.
     """
     vocab = tok.get_vocab(with_added_tokens=True)
-    size = max(vocab.values()) + 1
-    table = np.zeros(size, dtype=bool)
-    model = json.loads(tok.to_str())["model"]
-    kind = model.get("type")
-    tokens = sorted(vocab.items(), key=lambda kv: kv[1])
-    if kind == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
-        for t, i in tokens:
-            table[i] = t.startswith(prefix) and len(t) > len(prefix)
+    table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    tokens = vocab.items()  # ids are unique: no need to sort
+    model = tok.model  # the model object's attributes: no JSON round trip of the whole tokenizer
+    if type(model).__name__ == "WordPiece":
+        prefix = getattr(model, "continuing_subword_prefix", None) or "##"
+        flags = [t.startswith(prefix) and len(t) > len(prefix) for t, _ in tokens]
     else:
         starts = ("Ġ", "▁")
-        specials = {t for t, _ in tokens if t.startswith("<") and t.endswith(">")}
-        for t, i in tokens:
-            table[i] = not t.startswith(starts) and t not in specials
+        flags = [not t.startswith(starts) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
+    table[np.fromiter((i for _, i in tokens), dtype=np.int64, count=len(tokens))] = flags
     return table
 
 
