@@ -80,15 +80,16 @@ def _smallest(keys: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def _choose_tokens(
-    cand: np.ndarray, offsets: np.ndarray, lens: np.ndarray, k: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """Flat positions (ascending) of ``k[i]`` tokens drawn without replacement among the
-    candidates of each instance ``i``: one uniform key per (instance, column) of the padded
-    [n, max length] layout, non-candidates keyed 2.0, the ``k[i]`` smallest keys chosen."""
+    cand: np.ndarray, offsets: np.ndarray, lens: np.ndarray, target: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(instance, position) of ``min(target[i], candidates of i)`` tokens drawn without replacement
+    among the candidates of each instance ``i``, instance by instance and ascending within one:
+    one uniform key per (instance, column) of the padded [n, max length] layout, non-candidates
+    keyed 2.0, the smallest keys chosen."""
     n = len(lens)
     width = int(lens.max())
     columns = np.arange(width)
-    out = []
+    rows_out, cols_out = [], []
     for r0 in range(0, n, _ROWS_PER_CHUNK):
         r1 = min(n, r0 + _ROWS_PER_CHUNK)
         keys = rng.random((r1 - r0, width))
@@ -96,9 +97,11 @@ def _choose_tokens(
         cand_2d = np.zeros(inside.shape, dtype=bool)
         cand_2d[inside] = cand[offsets[r0] : offsets[r1]]
         keys[~cand_2d] = 2.0
-        chosen = _smallest(keys, k[r0:r1])
-        out.append(np.flatnonzero(chosen[inside]) + offsets[r0])
-    return np.concatenate(out)
+        k = np.minimum(target[r0:r1], cand_2d.sum(axis=1))
+        rows, cols = np.nonzero(_smallest(keys, k))  # row-major: ascending positions
+        rows_out.append(rows + r0)
+        cols_out.append(cols)
+    return np.concatenate(rows_out), np.concatenate(cols_out)
 
 
 def _greedy_words(lengths: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -191,19 +194,21 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     ids = batch.input_ids
     offsets = batch.offsets
     lens = np.diff(offsets)
-    rows = np.repeat(np.arange(n, dtype=np.int32), lens)  # instance of each token
     cand = ~np.isin(ids, spec.special_ids)
-    cand_pos = np.flatnonzero(cand)
-    cand_rows = rows[cand_pos]
-    k = np.minimum(num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions), np.bincount(cand_rows, minlength=n))
+    target = num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions)
     if spec.do_whole_word_mask:
         if spec.is_continuation is None:
             raise ValueError("whole-word masking needs the tokenizer's continuation table")
+        rows = np.repeat(np.arange(n, dtype=np.int32), lens)  # instance of each token
+        cand_pos = np.flatnonzero(cand)
+        cand_rows = rows[cand_pos]
+        k = np.minimum(target, np.bincount(cand_rows, minlength=n))
         chosen = _choose_whole_words(ids, cand_pos, cand_rows, n, k, spec.is_continuation, rng)
+        m_rows = rows[chosen]  # chosen is ascending: positions ascending within each row
+        m_cols = chosen - offsets[m_rows]
     else:
-        chosen = _choose_tokens(cand, offsets, lens, k, rng)
-    m_rows = rows[chosen]  # chosen is ascending: positions ascending within each row
-    m_cols = chosen - offsets[m_rows]
+        m_rows, m_cols = _choose_tokens(cand, offsets, lens, target, rng)
+        chosen = offsets[m_rows] + m_cols
     original = ids[chosen]
     u = rng.random((2, len(original)))
     as_mask = u[0] < 0.8
