@@ -24,20 +24,22 @@ Variants (``--variants``, comma-separated):
   pq-d5      Parquet, dupe factor 5
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
   tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (spawned pool); compared with tf-d1
+  raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
+             on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
   hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
              batched tokenize -> group into 128-token blocks -> ``DataCollatorForLanguageModeling``
 
-Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks), so the
-one-worker and two-worker runs do the same work. Each size after the first of ``--sizes`` gets
-raw, tf-d1 and tf-d1-w2 runs (``--big-repeats`` rounds): peak RSS must not grow with the input, and
-the two-worker speed-up is only meaningful once the input dwarfs the pool's start-up (interpreter
-start, imports and tokenizer load in each spawned worker, about a second).
-``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and reports the
-bytes that process read (the planner must not read the data).
+Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at
+least one 4 MB block), so the one-worker and two-worker runs do the same work. Each size after the
+first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs (``--big-repeats`` rounds): peak RSS
+must not grow with the input, and the two-worker speed-up is only meaningful once the input dwarfs
+the pool's start-up (interpreter start, imports and tokenizer load in each spawned worker, about a
+second). ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and
+reports the bytes that process read (the planner must not read the data).
 
-Peak RSS: each subprocess reports ``ru_maxrss`` of itself (the worker, for one worker) and of its
-waited-for children (the pool workers); a sampler thread also records the peak (``VmHWM``) of every
-descendant process, so each worker's peak is listed.
+Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
+``ru_maxrss``, which also counts what the parent held when it forked), and a sampler thread records
+the ``VmHWM`` of every descendant (pool workers), so each worker's peak is listed.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = REPO / "sample" / "wikitext2-train-1MB.txt"
 DEFAULT_VOCAB = REPO / "sample" / "bert-base-uncased-vocab.txt"
 RESULT_TAG = "BENCH_RESULT "
+BLOCK_BYTES = 4 << 20  # prepare's default --block-size
 
 PREPARE_VARIANTS = {
     "tf-d1": {"format": "tfrecord", "dupe_factor": 1},
@@ -71,8 +74,8 @@ PREPARE_VARIANTS = {
     "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
-ALL_VARIANTS = ["raw", *PREPARE_VARIANTS, "hf"]
-DEFAULT_VARIANTS = "raw,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,tf-d1-w2,hf"
+ALL_VARIANTS = ["raw", *PREPARE_VARIANTS, "raw-x2", "hf"]
+DEFAULT_VARIANTS = "raw,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,tf-d1-w2,raw-x2,hf"
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
 COMPARISONS = [
@@ -80,6 +83,7 @@ COMPARISONS = [
     ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
+    ("raw-x2", "raw", "2 raw tokenizer processes / 1: what the machine allows right now"),
 ]
 
 _UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
@@ -185,19 +189,31 @@ def _preimport() -> None:
 
 
 def _child_raw(spec: dict) -> dict:
+    """The raw tokenizer over the stripped non-blank lines (of part ``i`` of ``n`` of the file's
+    bytes, cut at line starts, when ``part`` is given)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from mlm_pipeline.tokenize import load_tokenizer
 
     batch_lines = spec["batch_lines"]
+    index, count = spec.get("part") or (0, 1)
+    size = os.path.getsize(spec["input"])
+    start, end = size * index // count, size * (index + 1) // count
     cpu = _cpu_seconds()
-    start = time.perf_counter()
+    started = time.perf_counter()
     tok = load_tokenizer(spec["vocab"]).tokenizer
     encode = tok.encode_batch_fast
     tokens = lines = 0
     batch: list[str] = []
-    with open(spec["input"], encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
+    with open(spec["input"], "rb") as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()  # the line through the first newline at or after start - 1 is part i-1's
+        pos = f.tell()
+        for raw in f:
+            if pos >= end:
+                break
+            pos += len(raw)
+            line = raw.decode("utf-8").strip()
             if line:
                 batch.append(line)
                 if len(batch) == batch_lines:
@@ -207,7 +223,7 @@ def _child_raw(spec: dict) -> dict:
     if batch:
         tokens += sum(len(e) for e in encode(batch, add_special_tokens=False))
         lines += len(batch)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - started
     return {"seconds": seconds, "cpu_seconds": _cpu_seconds() - cpu, "tokens": tokens, "lines": lines}
 
 
@@ -349,7 +365,8 @@ def build_input(source: Path, size: int, dest: Path) -> Path:
     return dest
 
 
-def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) -> dict:
+def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None) -> list[dict]:
+    """Run one measurement per spec, all at the same time, each in its own process."""
     env = dict(os.environ)
     if pycache is not None:
         # Bytecode cached as in any normal installation (some environments disable it, and then
@@ -360,21 +377,46 @@ def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) ->
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["TOKENIZERS_PARALLELISM"] = "false"
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for spec in specs
+    ]
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
     wall = time.perf_counter() - started
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise RuntimeError(f"{spec['kind']} measurement failed (exit {proc.returncode}):\n{tail}")
-    result = json.loads(lines[-1][len(RESULT_TAG) :])
-    result["process_wall_seconds"] = round(wall, 3)
-    return result
+    results = []
+    for spec, proc, (out, err) in zip(specs, procs, outputs):
+        lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        if proc.returncode != 0 or not lines:
+            tail = "\n".join((err or out).strip().splitlines()[-15:])
+            raise RuntimeError(f"{spec['kind']} measurement failed (exit {proc.returncode}):\n{tail}")
+        result = json.loads(lines[-1][len(RESULT_TAG) :])
+        result["process_wall_seconds"] = round(wall, 3)
+        results.append(result)
+    return results
+
+
+def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) -> dict:
+    return run_children([spec], timeout, pycache)[0]
+
+
+def run_variant(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
+    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once
+    (elapsed: the slower one; tokens and CPU seconds: summed; RSS: each process's)."""
+    if spec["kind"] != "raw-x2":
+        return run_child(spec, timeout, pycache)
+    halves = run_children([{**spec, "kind": "raw", "part": [i, 2]} for i in range(2)], timeout, pycache)
+    return {
+        "seconds": max(h["seconds"] for h in halves),
+        "cpu_seconds": sum(h["cpu_seconds"] for h in halves),
+        "tokens": sum(h["tokens"] for h in halves),
+        "lines": sum(h["lines"] for h in halves),
+        "self_peak_rss_mb": max(h["self_peak_rss_mb"] for h in halves),
+        "worker_peak_rss_mb": sorted(h["self_peak_rss_mb"] for h in halves),
+        "process_wall_seconds": halves[0]["process_wall_seconds"],
+    }
 
 
 def machine_info() -> dict:
@@ -420,12 +462,13 @@ def hf_available() -> bool:
 
 def spec_for(variant: str, inp: Path, size: int, args, work: Path) -> dict:
     base = {"input": str(inp), "vocab": str(args.vocab), "seq": args.max_seq_length}
-    if variant == "raw":
-        return {**base, "kind": "raw", "batch_lines": args.batch_lines}
+    if variant in ("raw", "raw-x2"):
+        return {**base, "kind": variant, "batch_lines": args.batch_lines}
     if variant == "hf":
         return {**base, "kind": "hf", "output": str(work / "hf-cache")}
     config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS[variant]}
-    config["split_bytes"] = max(1, math.ceil(size / args.tasks))
+    # at least one whole block (4 MB) per task, so every size runs full blocks (peak RSS comparable)
+    config["split_bytes"] = max(BLOCK_BYTES, math.ceil(size / args.tasks))
     return {**base, "kind": "prepare", "output": str(work / f"out-{variant}"), "config": config}
 
 
@@ -470,14 +513,23 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
             ratios = [base["seconds"] / x["seconds"] for base, x in pairs]
             cpu = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
             comparisons[f"{v}/{b}"] = {"label": label, "ratio": median(ratios), "all": [round(x, 3) for x in ratios]}
-            if not v.endswith("-w2"):
+            two_processes = v.endswith("-w2") or v.endswith("-x2")
+            if not two_processes:
                 comparisons[f"{v}/{b}"]["cpu_ratio"] = median(cpu)
-            if v.endswith("-w2"):
+            else:
                 # CPU work of the two-worker run relative to one worker: the speed-up two idle
                 # cores would give is 2 x this; the wall-clock ratio also depends on other load.
                 work = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
                 comparisons[f"{v}/{b}"]["cpu_work_ratio"] = median(work)
                 comparisons[f"{v}/{b}"]["cores_used"] = median([x["cpu_seconds"] / x["seconds"] for _, x in pairs])
+    scaling = [
+        (r["tf-d1"]["seconds"] / r["tf-d1-w2"]["seconds"]) / (r["raw"]["seconds"] / r["raw-x2"]["seconds"])
+        for r in rounds
+        if all(v in r for v in ("tf-d1", "tf-d1-w2", "raw", "raw-x2"))
+    ]
+    if scaling:
+        # the workers' speed-up as a share of what two plain tokenizer processes got in the same round
+        comparisons["tf-d1-w2/tf-d1"]["share_of_machine_ceiling"] = median(scaling)
     return {"variants": out, "comparisons": comparisons}
 
 
@@ -503,8 +555,10 @@ def print_summary(title: str, summary: dict) -> None:
         cpu = f", CPU-time ratio {c['cpu_ratio']:.2f}x" if "cpu_ratio" in c else ""
         print(f"ratio {key:<20} {c['ratio']:.2f}x  ({c['label']}; rounds: {', '.join(f'{x:.2f}' for x in c['all'])}{cpu})")
         if "cpu_work_ratio" in c:
-            print(f"      CPU seconds of 1 worker / of 2 workers: {c['cpu_work_ratio']:.2f}; cores busy during the "
-                  f"2-worker run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
+            print(f"      CPU seconds of 1 process / of 2: {c['cpu_work_ratio']:.2f}; cores busy during the "
+                  f"2-process run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
+        if "share_of_machine_ceiling" in c:
+            print(f"      as a share of the raw-x2/raw speed-up of the same round: {c['share_of_machine_ceiling']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,20 +624,20 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_warmup:
             inp = build_input(args.input, 256 << 10, work / "input-warmup.txt")
             for v in variants:
-                run_child(spec_for(v, inp, inp.stat().st_size, args, work), args.timeout, pycache)
+                run_variant(spec_for(v, inp, inp.stat().st_size, args, work), args.timeout, pycache)
             inp.unlink()
         for si, size in enumerate(sizes):
             label = fmt_size(size)
             inp = build_input(args.input, size, work / f"input-{size}.txt")
             size = inp.stat().st_size
-            these = variants if si == 0 else [v for v in ("raw", "tf-d1", "tf-d1-w2") if v in variants]
+            these = variants if si == 0 else [v for v in ("raw", "tf-d1", "tf-d1-w2", "raw-x2") if v in variants]
             repeats = args.repeats if si == 0 else args.big_repeats
             rounds: list[dict[str, dict]] = []
             for r in range(repeats):
                 order = these[r % len(these):] + these[: r % len(these)]
                 rnd: dict[str, dict] = {}
                 for v in order:
-                    res = run_child(spec_for(v, inp, size, args, work), args.timeout, pycache)
+                    res = run_variant(spec_for(v, inp, size, args, work), args.timeout, pycache)
                     rnd[v] = res
                     print(f"  [{label} round {r + 1}/{repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
                           f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB"
