@@ -83,3 +83,72 @@ def test_masking_is_deterministic_for_a_seed(wikitext_docs, tok):
     c, _ = mask_batch(plain, _spec(tok), rng(6))
     assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.masked_lm_positions, b.masked_lm_positions)
     assert not np.array_equal(a.masked_lm_positions, c.masked_lm_positions)
+
+
+def _reference_choice(batch, spec, seed):
+    """Chosen flat positions, instance by instance in plain Python: the documented draw order
+    (token mode: one key per (instance, column) of the padded layout; whole-word: one key per
+    word), visiting by ascending key with ties in position order."""
+    g = rng(seed)
+    n, lens = len(batch), batch.lengths
+    ids = batch.input_ids
+    special = set(spec.special_ids.tolist())
+    k = num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions)
+    cands = [[j for j in range(lens[i]) if ids[batch.offsets[i] + j] not in special] for i in range(n)]
+    chosen = []
+    if not spec.do_whole_word_mask:
+        keys = g.random((n, int(lens.max())))
+        for i in range(n):
+            ki = min(int(k[i]), len(cands[i]))
+            order = sorted(cands[i], key=lambda j: (keys[i, j], j))
+            chosen += sorted(int(batch.offsets[i]) + j for j in order[:ki])
+        return np.array(chosen)
+    words = []  # (row, [columns])
+    for i in range(n):
+        for j in cands[i]:
+            if words and words[-1][0] == i and spec.is_continuation[ids[batch.offsets[i] + j]]:
+                words[-1][1].append(j)
+            else:
+                words.append((i, [j]))
+    if not words:
+        return np.zeros(0, np.int64)
+    keys = g.random(len(words))
+    for i in range(n):
+        ki = min(int(k[i]), len(cands[i]))
+        mine = sorted((keys[w], w) for w in range(len(words)) if words[w][0] == i)
+        taken = []
+        for _, w in mine:
+            if len(taken) + len(words[w][1]) <= ki:
+                taken += words[w][1]
+        chosen += sorted(int(batch.offsets[i]) + j for j in taken)
+    return np.array(chosen)
+
+
+@pytest.mark.parametrize("wwm", [False, True])
+@pytest.mark.parametrize("chunk, slack", [(4096, 8), (7, 0), (1, 1)])
+def test_vectorised_choice_equals_plain_python(wikitext_docs, tok, wwm, chunk, slack, monkeypatch):
+    """Row chunks, partial sorts and the whole-word shortcut change nothing in what is chosen."""
+    import mlm_pipeline.masking as masking
+
+    monkeypatch.setattr(masking, "_ROWS_PER_CHUNK", chunk)
+    monkeypatch.setattr(masking, "_WORD_SLACK", slack)
+    plain = _instances(wikitext_docs, tok).slice(0, 60)
+    for spec in (_spec(tok, wwm), _spec(tok, wwm, max_pred=76, prob=0.4)):
+        for seed in (3, 4):
+            masked, _ = mask_batch(plain, spec, rng(seed))
+            rows = np.repeat(np.arange(len(masked)), masked.masked_counts)
+            got = masked.offsets[rows] + masked.masked_lm_positions
+            assert np.array_equal(got, _reference_choice(plain, spec, seed))
+
+
+def test_smallest_breaks_ties_like_a_stable_sort():
+    from mlm_pipeline.masking import _smallest
+
+    g = rng(0)
+    for _ in range(100):
+        keys = g.integers(0, 4, size=(20, 30)).astype(float)  # many equal keys
+        k = g.integers(0, 31, size=20)
+        order = np.argsort(keys, axis=1, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(30)[None, :], axis=1)
+        assert np.array_equal(_smallest(keys, k), rank < k[:, None])

@@ -50,72 +50,140 @@ def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: 
     return np.minimum(max_predictions, np.maximum(1, target))
 
 
-def _to_2d(batch: InstanceBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    lens = batch.lengths
+# Selection works on [rows, width] arrays; bounding the rows bounds their memory (a dupe-5 block
+# holds tens of thousands of instances). Draws are made chunk after chunk in row order, which
+# yields exactly the numbers one draw for all rows would.
+_ROWS_PER_CHUNK = 4096
+# Whole-word masking first visits only the ``max(k) + _WORD_SLACK`` words of smallest key in each
+# row (a budget of k tokens is met within k words unless words overflow it); rows that need more
+# are redone with all their words.
+_WORD_SLACK = 8
+
+
+def _smallest(keys: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Boolean [rows, width]: the ``k[i]`` smallest keys of row ``i`` (equal keys: lower column
+    first), i.e. the positions of rank ``< k[i]`` in a stable argsort of the row, found with a
+    partition instead of a sort."""
+    m, width = keys.shape
+    top = int(k.max()) if m else 0
+    if top == 0:
+        return np.zeros(keys.shape, dtype=bool)
+    part = np.partition(keys, top - 1, axis=1)[:, :top] if top < width else keys.copy()
+    part.sort(axis=1)
+    thr = part[np.arange(m), np.maximum(k, 1) - 1]
+    thr[k == 0] = -np.inf
+    chosen = keys <= thr[:, None]
+    for i in np.flatnonzero(chosen.sum(axis=1) > k):  # equal keys at the threshold (~never)
+        chosen[i] = False
+        chosen[i, np.argsort(keys[i], kind="stable")[: k[i]]] = True
+    return chosen
+
+
+def _choose_tokens(
+    cand: np.ndarray, offsets: np.ndarray, lens: np.ndarray, target: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(instance, position) of ``min(target[i], candidates of i)`` tokens drawn without replacement
+    among the candidates of each instance ``i``, instance by instance and ascending within one:
+    one uniform key per (instance, column) of the padded [n, max length] layout, non-candidates
+    keyed 2.0, the smallest keys chosen."""
     n = len(lens)
-    width = int(lens.max()) if n else 0
-    rows = np.repeat(np.arange(n), lens)
-    cols = np.arange(len(batch.input_ids)) - np.repeat(batch.offsets[:-1], lens)
-    tokens = np.full((n, width), -1, dtype=np.int64)
-    tokens[rows, cols] = batch.input_ids
-    return tokens, lens, rows, cols
+    width = int(lens.max())
+    columns = np.arange(width)
+    rows_out, cols_out = [], []
+    for r0 in range(0, n, _ROWS_PER_CHUNK):
+        r1 = min(n, r0 + _ROWS_PER_CHUNK)
+        keys = rng.random((r1 - r0, width))
+        inside = columns < lens[r0:r1, None]
+        cand_2d = np.zeros(inside.shape, dtype=bool)
+        cand_2d[inside] = cand[offsets[r0] : offsets[r1]]
+        keys[~cand_2d] = 2.0
+        k = np.minimum(target[r0:r1], cand_2d.sum(axis=1))
+        rows, cols = np.nonzero(_smallest(keys, k))  # row-major: ascending positions
+        rows_out.append(rows + r0)
+        cols_out.append(cols)
+    return np.concatenate(rows_out), np.concatenate(cols_out)
 
 
-def _choose_tokens(cand: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Boolean [n, L]: ``k[i]`` positions drawn without replacement among ``cand[i]``."""
-    keys = rng.random(cand.shape)
-    keys[~cand] = 2.0
-    order = np.argsort(keys, axis=1, kind="stable")
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(cand.shape[1])[None, :], axis=1)
-    return (rank < k[:, None]) & cand
-
-
-def _choose_whole_words(
-    tokens: np.ndarray, cand: np.ndarray, k: np.ndarray, is_cont: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """Boolean [n, L]: whole words visited in random order, each taken if it still fits."""
-    n, width = cand.shape
-    safe = np.where(tokens >= 0, tokens, 0)
-    cont = is_cont[np.minimum(safe, len(is_cont) - 1)] & cand
-    flat_cand = cand.ravel()
-    cand_pos = np.flatnonzero(flat_cand)
-    if len(cand_pos) == 0:
-        return np.zeros_like(cand)
-    cand_rows = cand_pos // width
-    # a word starts at a candidate that is not a continuation, or at a row's first candidate
-    first_of_row = np.ones(len(cand_pos), dtype=bool)
-    first_of_row[1:] = cand_rows[1:] != cand_rows[:-1]
-    starts = ~cont.ravel()[cand_pos] | first_of_row
-    word_of_cand = np.cumsum(starts) - 1  # global word id per candidate
-    n_words = int(word_of_cand[-1]) + 1
-    word_len = np.bincount(word_of_cand, minlength=n_words)
-    word_row = cand_rows[starts]
-    # shuffle words within each row: sort by (row, random key)
-    order = np.lexsort((rng.random(n_words), word_row))
-    words_per_row = np.bincount(word_row, minlength=n)
-    row_start = lengths_to_offsets(words_per_row)
-    max_words = int(words_per_row.max())
-    rank_in_row = np.arange(n_words) - np.repeat(row_start[:-1], words_per_row)
-    wl = np.zeros((n, max_words), dtype=np.int64)
-    wid = np.full((n, max_words), -1, dtype=np.int64)
-    sorted_rows = word_row[order]
-    wl[sorted_rows, rank_in_row] = word_len[order]
-    wid[sorted_rows, rank_in_row] = order
-    count = np.zeros(n, dtype=np.int64)
-    accepted = np.zeros((n, max_words), dtype=bool)
-    for j in range(max_words):  # loop over word rank, vectorised over all instances
-        lj = wl[:, j]
-        take = (lj > 0) & (count < k) & (count + lj <= k)
+def _greedy_words(lengths: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Visit words in column order (lengths [rows, words], 0 = no word), taking each that still
+    fits the row's budget ``k``: (accepted [rows, words], tokens taken per row)."""
+    m, width = lengths.shape
+    count = np.zeros(m, dtype=np.int64)
+    accepted = np.zeros((m, width), dtype=bool)
+    for j in range(width):  # loop over word rank, vectorised over all instances
+        lj = lengths[:, j]
+        take = (lj > 0) & (count + lj <= k)
         accepted[:, j] = take
         count += np.where(take, lj, 0)
         if np.all(count >= k):
             break
+    return accepted, count
+
+
+def _choose_whole_words(
+    ids: np.ndarray,
+    cand_pos: np.ndarray,
+    cand_rows: np.ndarray,
+    n: int,
+    k: np.ndarray,
+    is_cont: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Flat positions (ascending) of whole words visited in random order, each taken if it fits.
+
+    A word starts at a candidate that is not a continuation piece, or at a row's first candidate
+    (a continuation right after a special token joins the word before it, as in the reference).
+    Each word gets one uniform key; a row visits its words by ascending key (equal keys: word
+    order), which only needs the few smallest keys of the row.
+    """
+    if len(cand_pos) == 0:
+        return cand_pos
+    first_of_row = np.ones(len(cand_pos), dtype=bool)
+    first_of_row[1:] = cand_rows[1:] != cand_rows[:-1]
+    starts = ~is_cont[np.minimum(ids[cand_pos], len(is_cont) - 1)] | first_of_row
+    word_of_cand = np.cumsum(starts) - 1  # global word id per candidate
+    n_words = int(word_of_cand[-1]) + 1
+    word_len = np.bincount(word_of_cand, minlength=n_words)
+    word_row = cand_rows[starts]
+    keys = rng.random(n_words)
+    words_per_row = np.bincount(word_row, minlength=n)
+    row_start = lengths_to_offsets(words_per_row)
     chosen_word = np.zeros(n_words, dtype=bool)
-    chosen_word[wid[accepted]] = True
-    chosen = np.zeros(n * width, dtype=bool)
-    chosen[cand_pos[chosen_word[word_of_cand]]] = True
-    return chosen.reshape(n, width)
+    for r0 in range(0, n, _ROWS_PER_CHUNK):
+        r1 = min(n, r0 + _ROWS_PER_CHUNK)
+        wpr = words_per_row[r0:r1]
+        width = int(wpr.max())
+        if width == 0:
+            continue
+        inside = np.arange(width) < wpr[:, None]
+        wkeys = np.full(inside.shape, 2.0)
+        wkeys[inside] = keys[row_start[r0] : row_start[r1]]
+        wlen = np.zeros(inside.shape, dtype=np.int64)
+        wlen[inside] = word_len[row_start[r0] : row_start[r1]]
+        kk = k[r0:r1]
+        visit = min(width, int(kk.max()) + _WORD_SLACK)
+        if visit < width:
+            part = np.argpartition(wkeys, visit, axis=1)
+            cols = part[:, :visit]
+            top = np.take_along_axis(wkeys, cols, axis=1)
+            nxt = np.take_along_axis(wkeys, part[:, visit : visit + 1], axis=1)[:, 0]
+            cols = np.take_along_axis(cols, np.lexsort((cols, top), axis=1), axis=1)
+            accepted, count = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
+            # rows with unvisited words that could still matter (or equal keys at the cut)
+            redo = (wpr > visit) & ((count < kk) | (top.max(axis=1) == nxt))
+        else:
+            cols = np.argsort(wkeys, axis=1, kind="stable")
+            accepted, _ = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
+            redo = np.zeros(len(kk), dtype=bool)
+        rows, ranks = np.nonzero(accepted & ~redo[:, None])
+        chosen_word[row_start[r0 + rows] + cols[rows, ranks]] = True
+        if redo.any():
+            again = np.flatnonzero(redo)
+            cols = np.argsort(wkeys[again], axis=1, kind="stable")
+            accepted, _ = _greedy_words(np.take_along_axis(wlen[again], cols, axis=1), kk[again])
+            rows, ranks = np.nonzero(accepted)
+            chosen_word[row_start[r0 + again[rows]] + cols[rows, ranks]] = True
+    return cand_pos[chosen_word[word_of_cand]]
 
 
 def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator) -> tuple[InstanceBatch, MaskStats]:
@@ -123,25 +191,32 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     n = len(batch)
     if n == 0:
         return batch, MaskStats()
-    tokens, lens, rows, cols = _to_2d(batch)
-    cand = (tokens >= 0) & ~np.isin(tokens, spec.special_ids)
-    k = np.minimum(num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions), cand.sum(axis=1))
+    ids = batch.input_ids
+    offsets = batch.offsets
+    lens = np.diff(offsets)
+    cand = ~np.isin(ids, spec.special_ids)
+    target = num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions)
     if spec.do_whole_word_mask:
         if spec.is_continuation is None:
             raise ValueError("whole-word masking needs the tokenizer's continuation table")
-        chosen = _choose_whole_words(tokens, cand, k, spec.is_continuation, rng)
+        rows = np.repeat(np.arange(n, dtype=np.int32), lens)  # instance of each token
+        cand_pos = np.flatnonzero(cand)
+        cand_rows = rows[cand_pos]
+        k = np.minimum(target, np.bincount(cand_rows, minlength=n))
+        chosen = _choose_whole_words(ids, cand_pos, cand_rows, n, k, spec.is_continuation, rng)
+        m_rows = rows[chosen]  # chosen is ascending: positions ascending within each row
+        m_cols = chosen - offsets[m_rows]
     else:
-        chosen = _choose_tokens(cand, k, rng)
-    m_rows, m_cols = np.nonzero(chosen)  # row-major: positions ascending within each row
-    original = tokens[m_rows, m_cols]
+        m_rows, m_cols = _choose_tokens(cand, offsets, lens, target, rng)
+        chosen = offsets[m_rows] + m_cols
+    original = ids[chosen]
     u = rng.random((2, len(original)))
     as_mask = u[0] < 0.8
     as_random = ~as_mask & (u[1] >= 0.5)
     random_ids = rng.integers(0, spec.vocab_size, size=len(original))
     new = np.where(as_mask, spec.mask_id, np.where(as_random, random_ids, original))
     corrupted = batch.input_ids.copy()
-    flat_pos = batch.offsets[m_rows] + m_cols
-    corrupted[flat_pos] = new.astype(np.int32)
+    corrupted[chosen] = new.astype(np.int32)
     counts = np.bincount(m_rows, minlength=n)
     out = InstanceBatch(
         input_ids=corrupted,

@@ -29,6 +29,10 @@ _SPECIALS = {
 }
 
 
+# Texts per tokenizer call in ``TextTokenizer.encode_batch``.
+ENCODE_BATCH = 1024
+
+
 class TokenizerError(ValueError):
     """The tokenizer could not be loaded or lacks a token the pipeline needs."""
 
@@ -69,20 +73,16 @@ def _continuation_table(tok: Tokenizer) -> np.ndarray:
     word *starts* (``Ġ``, ``▁``) instead, so there a token without the marker continues a word.
     """
     vocab = tok.get_vocab(with_added_tokens=True)
-    size = max(vocab.values()) + 1
-    table = np.zeros(size, dtype=bool)
-    model = json.loads(tok.to_str())["model"]
-    kind = model.get("type")
-    tokens = sorted(vocab.items(), key=lambda kv: kv[1])
-    if kind == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
-        for t, i in tokens:
-            table[i] = t.startswith(prefix) and len(t) > len(prefix)
+    table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    tokens = vocab.items()  # ids are unique: no need to sort
+    model = tok.model  # the model object's attributes: no JSON round trip of the whole tokenizer
+    if type(model).__name__ == "WordPiece":
+        prefix = getattr(model, "continuing_subword_prefix", None) or "##"
+        flags = [t.startswith(prefix) and len(t) > len(prefix) for t, _ in tokens]
     else:
         starts = ("Ġ", "▁")
-        specials = {t for t, _ in tokens if t.startswith("<") and t.endswith(">")}
-        for t, i in tokens:
-            table[i] = not t.startswith(starts) and t not in specials
+        flags = [not t.startswith(starts) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
+    table[np.fromiter((i for _, i in tokens), dtype=np.int64, count=len(tokens))] = flags
     return table
 
 
@@ -131,15 +131,22 @@ class TextTokenizer:
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of many texts as one flat int32 array plus per-text lengths.
 
-        One Rust call for the whole batch; the only Python work is one ``.ids`` read per text.
+        One Rust call per ``ENCODE_BATCH`` texts; the only Python work is one ``.ids`` read per
+        text. Sub-batches keep the ``Encoding`` objects alive at once (tokens, offsets, masks: about
+        100 bytes per token) to a few MB instead of ~100 MB for a 4 MB block, at no cost in speed.
         """
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        id_lists = [e.ids for e in encs]
-        lengths = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
-        flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
-        return flat, lengths
+        encode = self.tokenizer.encode_batch_fast
+        flats, lengths = [], []
+        for start in range(0, len(texts), ENCODE_BATCH):
+            id_lists = [e.ids for e in encode(texts[start : start + ENCODE_BATCH], add_special_tokens=False)]
+            lens = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+            flats.append(np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lens.sum())))
+            lengths.append(lens)
+        if len(flats) == 1:
+            return flats[0], lengths[0]
+        return np.concatenate(flats), np.concatenate(lengths)
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]

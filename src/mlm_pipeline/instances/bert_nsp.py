@@ -22,7 +22,9 @@ Defined edge cases:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -46,26 +48,20 @@ class TokenizedDocs:
         return lengths_to_offsets(self.doc_sentences)
 
 
-class _Uniforms:
-    """Buffered uniforms from a numpy Generator (scalar draws cost ~1 µs each otherwise)."""
+_UNIFORM_BLOCK = 8192
 
-    def __init__(self, rng: np.random.Generator, size: int = 8192):
-        self.rng = rng
-        self.size = size
-        self.buf = rng.random(size)
-        self.i = 0
 
-    def next(self) -> float:
-        if self.i == self.size:
-            self.buf = self.rng.random(self.size)
-            self.i = 0
-        u = self.buf[self.i]
-        self.i += 1
-        return float(u)
+def _uniforms(rng: np.random.Generator) -> Callable[[], float]:
+    """A function returning the next uniform of ``rng``, drawn in blocks of 8192 (the first at
+    once): scalar draws from a numpy Generator cost about a microsecond each."""
+    first = rng.random(_UNIFORM_BLOCK).tolist()
 
-    def randint(self, lo: int, hi: int) -> int:
-        """Uniform integer in ``[lo, hi]`` inclusive, like ``random.randint``."""
-        return lo + min(int(self.next() * (hi - lo + 1)), hi - lo)
+    def stream() -> Iterator[float]:
+        yield from first
+        while True:
+            yield from rng.random(_UNIFORM_BLOCK).tolist()
+
+    return stream().__next__
 
 
 def truncated_lengths(la: np.ndarray, lb: np.ndarray, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -112,62 +108,77 @@ def build_nsp_instances(
 ) -> tuple[InstanceBatch, PairStats]:
     """Unmasked NSP instances for every document, ``dupe_factor`` passes, in build order."""
     max_tokens = max_seq_length - 3
-    sent_off = docs.sentence_offsets
-    doc_off = docs.doc_offsets
-    n_docs = len(docs.doc_sentences)
-    # cumulative token count at each sentence boundary, for range arithmetic
-    u = _Uniforms(rng)
-    a_start, a_len, b_start, b_len, labels = [], [], [], [], []
+    # Plain Python lists and bisect in the per-instance loop: numpy scalars and searchsorted
+    # calls cost about a microsecond each, several times the work they do here.
+    sent_off = docs.sentence_offsets.tolist()  # token offset of each sentence boundary
+    doc_off = docs.doc_offsets.tolist()  # sentence offset of each document boundary
+    n_docs = len(doc_off) - 1
+    uniform = _uniforms(rng)
+
+    def randint(lo: int, hi: int) -> int:
+        """Uniform integer in ``[lo, hi]`` inclusive, like ``random.randint``."""
+        x = int(uniform() * (hi - lo + 1))
+        return lo + (x if x <= hi - lo else hi - lo)
+
+    a_start: list[int] = []
+    a_len: list[int] = []
+    b_start: list[int] = []
+    b_len: list[int] = []
+    labels: list[int] = []
+    add_a_start, add_a_len, add_b_start, add_b_len, add_label = (
+        a_start.append, a_len.append, b_start.append, b_len.append, labels.append
+    )
     stats = PairStats()
     for _ in range(dupe_factor):
         for d in range(n_docs):
-            s0, s1 = int(doc_off[d]), int(doc_off[d + 1])
+            s0, s1 = doc_off[d], doc_off[d + 1]
             target = max_tokens
-            if u.next() < short_seq_prob:
-                target = u.randint(2, max_tokens)
+            if uniform() < short_seq_prob:
+                target = randint(2, max_tokens)
                 stats.short_target_documents += 1
             i = s0
             while i < s1:
                 # smallest chunk end j (exclusive) with tokens >= target, or the document end
                 base = sent_off[i]
-                j = int(np.searchsorted(sent_off, base + target, side="left"))
-                j = min(max(j, i + 1), s1)
+                j = bisect_left(sent_off, base + target, i + 1, s1)  # sent_off[i] < base + target
                 n_chunk = j - i
-                a_end = i + (u.randint(1, n_chunk - 1) if n_chunk >= 2 else 1)
-                la = int(sent_off[a_end] - base)
-                if n_docs > 1 and (n_chunk == 1 or u.next() < 0.5):
-                    r = u.randint(0, n_docs - 2)
+                if n_chunk >= 2:  # a_end = i + randint(1, n_chunk - 1)
+                    x = int(uniform() * (n_chunk - 1))
+                    a_end = i + 1 + (x if x < n_chunk - 1 else n_chunk - 2)
+                else:
+                    a_end = i + 1
+                la = sent_off[a_end] - base
+                if n_docs > 1 and (n_chunk == 1 or uniform() < 0.5):
+                    r = randint(0, n_docs - 2)
                     r += r >= d  # uniform over the other documents
-                    r0, r1 = int(doc_off[r]), int(doc_off[r + 1])
-                    rs = u.randint(r0, r1 - 1)
-                    target_b = target - la
-                    # take sentences rs.. until B reaches target_b (at least one sentence)
-                    k = int(np.searchsorted(sent_off, sent_off[rs] + target_b, side="left"))
-                    k = min(max(k, rs + 1), r1)
-                    a_start.append(int(base))
-                    a_len.append(la)
-                    b_start.append(int(sent_off[rs]))
-                    b_len.append(int(sent_off[k] - sent_off[rs]))
-                    labels.append(1)
+                    r0, r1 = doc_off[r], doc_off[r + 1]
+                    rs = randint(r0, r1 - 1)
+                    # take sentences rs.. until B reaches target - la (at least one sentence)
+                    b0 = sent_off[rs]
+                    k = bisect_left(sent_off, b0 + target - la, rs + 1, r1)
+                    add_a_start(base)
+                    add_a_len(la)
+                    add_b_start(b0)
+                    add_b_len(sent_off[k] - b0)
+                    add_label(1)
                     i = a_end  # unused sentences of the chunk go back to the document
                     continue
                 if n_chunk == 1:  # single-document block: split the sentence itself
-                    total = la
-                    if total < 2:
+                    if la < 2:
                         stats.chunks_without_pair += 1
                         i = j
                         continue
-                    cut = u.randint(1, total - 1)
-                    a_start.append(int(base))
-                    a_len.append(cut)
-                    b_start.append(int(base) + cut)
-                    b_len.append(total - cut)
+                    cut = randint(1, la - 1)
+                    add_a_start(base)
+                    add_a_len(cut)
+                    add_b_start(base + cut)
+                    add_b_len(la - cut)
                 else:
-                    a_start.append(int(base))
-                    a_len.append(la)
-                    b_start.append(int(sent_off[a_end]))
-                    b_len.append(int(sent_off[j] - sent_off[a_end]))
-                labels.append(0)
+                    add_a_start(base)
+                    add_a_len(la)
+                    add_b_start(sent_off[a_end])
+                    add_b_len(sent_off[j] - sent_off[a_end])
+                add_label(0)
                 i = j
     n = len(labels)
     if n == 0:

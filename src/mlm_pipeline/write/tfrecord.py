@@ -168,6 +168,12 @@ def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
     """
     if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"feature {key!r}: value {int(a.max())} does not fit int64")
+    if a.size and a.dtype.kind in "ub" and a.dtype.itemsize <= 4:  # no int64 round trip needed
+        a = a.view(np.uint8) if a.dtype.kind == "b" else a
+        top = int(a.max())
+        for dtype in (np.uint8, np.uint16, np.uint32):
+            if top <= np.iinfo(dtype).max:
+                return a.astype(dtype, copy=False)
     a = a.astype(np.int64, copy=False)
     if a.size and int(a.min()) >= 0:
         top = int(a.max())
@@ -235,7 +241,7 @@ class _Slots:
                 shape = (self.n, values.shape[1], widest)
                 _write_varints(rows[:, column:end].reshape(shape), valid[:, column:end].reshape(shape), values, sizes)
             column = end
-        return rows[valid]
+        return np.compress(valid.ravel(), rows.ravel())  # = rows[valid], ~20% faster
 
 
 def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple[str, str, np.ndarray]]]:
@@ -372,7 +378,7 @@ def encode_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_prediction
         raise ValueError(f"max_predictions must be >= 0, got {max_predictions}")
     if len(batch) == 0:
         return b""
-    return encode_examples(batch.padded(max_seq_length, max_predictions))
+    return encode_examples(batch.padded(max_seq_length, max_predictions, compact=True))
 
 
 # --------------------------------------------------------------------------------------------

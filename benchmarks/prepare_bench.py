@@ -1,0 +1,680 @@
+#!/usr/bin/env python
+"""Throughput and memory of ``mlm-pipeline prepare`` against the raw tokenizer, in one run.
+
+Absolute MB/s on a shared machine are noise; ratios measured in the same run are not. So every
+repeat ("round") runs every variant once, in a rotated order, each in a fresh subprocess, and the
+figures reported are medians over rounds of each variant's MB/s and of its ratio to the raw
+tokenizer *of the same round*. The same ratio is also given in CPU seconds (user + system, of the
+process and its pool workers). On a busy shared VM both swing by tens of percent from run to run
+(contention slows the CPU work itself: shared caches, SMT siblings, steal), so use several
+rounds and read the medians.
+
+    python benchmarks/prepare_bench.py                       # 10 MB built from the bundled sample
+    python benchmarks/prepare_bench.py --input /work/shared/corpus/wikitext2-train.txt \\
+        --sizes 10MB,200MB --repeats 5 --json benchmarks/results/my-run.json
+
+Variants (``--variants``, comma-separated):
+
+  raw        the limit: the same tokenizer (``load_tokenizer(vocab).tokenizer``), one thread,
+             ``encode_batch_fast`` over the stripped non-blank lines in batches, file reading
+             included; only ``len(encoding)`` is read back (no id extraction)
+  tf-d1      ``run_prepare``: NSP + static masking + TFRecord, dupe factor 1, one worker
+  pq-d1      the same, Parquet output
+  tf-d5      TFRecord, dupe factor 5 (tokenize once, build and mask 5 times)
+  pq-d5      Parquet, dupe factor 5
+  tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
+  tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (spawned pool); compared with tf-d1
+  raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
+             on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
+  hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
+             batched tokenize -> group into 128-token blocks -> ``DataCollatorForLanguageModeling``
+
+Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at
+least one 4 MB block), so the one-worker and two-worker runs do the same work. Each size after the
+first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs (``--big-repeats`` rounds): peak RSS
+must not grow with the input, and the two-worker speed-up is only meaningful once the input dwarfs
+the pool's start-up (interpreter start, imports and tokenizer load in each spawned worker, about a
+second). ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and
+reports the bytes that process read (the planner must not read the data).
+
+Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
+``ru_maxrss``, which also counts what the parent held when it forked), and a sampler thread records
+the ``VmHWM`` of every descendant (pool workers), so each worker's peak is listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = REPO / "sample" / "wikitext2-train-1MB.txt"
+DEFAULT_VOCAB = REPO / "sample" / "bert-base-uncased-vocab.txt"
+RESULT_TAG = "BENCH_RESULT "
+BLOCK_BYTES = 4 << 20  # prepare's default --block-size
+
+PREPARE_VARIANTS = {
+    "tf-d1": {"format": "tfrecord", "dupe_factor": 1},
+    "pq-d1": {"format": "parquet", "dupe_factor": 1},
+    "tf-d5": {"format": "tfrecord", "dupe_factor": 5},
+    "pq-d5": {"format": "parquet", "dupe_factor": 5},
+    "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
+    "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
+    "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
+}
+ALL_VARIANTS = ["raw", *PREPARE_VARIANTS, "raw-x2", "hf"]
+DEFAULT_VARIANTS = "raw,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,tf-d1-w2,raw-x2,hf"
+
+# (variant, baseline) pairs whose ratio is reported besides "vs raw"
+COMPARISONS = [
+    ("pq-d1", "tf-d1", "Parquet / TFRecord speed (dupe 1)"),
+    ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
+    ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
+    ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
+    ("raw-x2", "raw", "2 raw tokenizer processes / 1: what the machine allows right now"),
+]
+
+_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?B?)\s*", text.upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 200KB, 10MB, 1GB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def fmt_size(n: int) -> str:
+    for unit in ("GB", "MB", "KB"):
+        if n >= _UNITS[unit]:
+            return f"{n / _UNITS[unit]:.4g}{unit}"
+    return f"{n}B"
+
+
+# --------------------------------------------------------------------------------------------
+# Children: one measurement each, printed as one JSON line
+
+
+class _PeakSampler:
+    """Peak RSS (VmHWM, else sampled RSS) of this process's descendants, by pid."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.peaks: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "_PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _peak_mb(proc) -> float | None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        try:
+            return proc.memory_info().rss / 2**20
+        except Exception:  # the process is gone
+            return None
+
+    def _run(self) -> None:
+        try:
+            import psutil
+        except ImportError:
+            return
+        me = psutil.Process()
+        while not self._stop.wait(self.interval):
+            try:
+                children = me.children(recursive=True)
+            except Exception:
+                continue
+            for child in children:
+                peak = self._peak_mb(child)
+                if peak is not None:
+                    self.peaks[child.pid] = max(peak, self.peaks.get(child.pid, 0.0))
+
+
+def _self_peak_rss_mb() -> float:
+    """Peak RSS of this process since its exec: ``VmHWM`` (``ru_maxrss`` also counts the RSS the
+    parent had when it forked us, so it is only the fallback)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its waited-for children (pool workers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _preimport() -> None:
+    """Import what ``run_prepare`` imports lazily, so a measurement times work, not imports
+    (a CLI run pays them once per process; the benchmark reports process wall time too)."""
+    import mlm_pipeline.executors.local  # noqa: F401
+    import mlm_pipeline.task  # noqa: F401
+    import mlm_pipeline.write.parquet  # noqa: F401
+    import mlm_pipeline.write.tfrecord  # noqa: F401
+
+
+def _child_raw(spec: dict) -> dict:
+    """The raw tokenizer over the stripped non-blank lines (of part ``i`` of ``n`` of the file's
+    bytes, cut at line starts, when ``part`` is given)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from mlm_pipeline.tokenize import load_tokenizer
+
+    batch_lines = spec["batch_lines"]
+    index, count = spec.get("part") or (0, 1)
+    size = os.path.getsize(spec["input"])
+    start, end = size * index // count, size * (index + 1) // count
+    cpu = _cpu_seconds()
+    started = time.perf_counter()
+    tok = load_tokenizer(spec["vocab"]).tokenizer
+    encode = tok.encode_batch_fast
+    tokens = lines = 0
+    batch: list[str] = []
+    with open(spec["input"], "rb") as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()  # the line through the first newline at or after start - 1 is part i-1's
+        pos = f.tell()
+        for raw in f:
+            if pos >= end:
+                break
+            pos += len(raw)
+            line = raw.decode("utf-8").strip()
+            if line:
+                batch.append(line)
+                if len(batch) == batch_lines:
+                    tokens += sum(len(e) for e in encode(batch, add_special_tokens=False))
+                    lines += len(batch)
+                    batch = []
+    if batch:
+        tokens += sum(len(e) for e in encode(batch, add_special_tokens=False))
+        lines += len(batch)
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "cpu_seconds": _cpu_seconds() - cpu, "tokens": tokens, "lines": lines}
+
+
+def _child_prepare(spec: dict) -> dict:
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+
+    _preimport()
+    out = spec["output"]
+    shutil.rmtree(out, ignore_errors=True)
+    config = PrepareConfig(
+        inputs=[spec["input"]], output=out, tokenizer=spec["vocab"], progress=False, **spec["config"]
+    )
+    with _PeakSampler() as sampler:
+        cpu = _cpu_seconds()
+        start = time.perf_counter()
+        manifest = run_prepare(config)
+        seconds = time.perf_counter() - start
+        cpu = _cpu_seconds() - cpu
+    totals = manifest["totals"]
+    result = {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "tokens": totals.get("tokens", 0),
+        "instances": totals.get("instances", 0),
+        "tasks": manifest.get("tasks"),
+        "bytes_written": totals.get("bytes_written", 0),
+        "worker_peak_rss_mb": sorted(round(v, 1) for v in sampler.peaks.values()),
+    }
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def _child_hf(spec: dict) -> dict:
+    """HF datasets -> tokenize -> group into blocks -> DataCollatorForLanguageModeling (masking)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["HF_DATASETS_CACHE"] = spec["output"]
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    import datasets
+    import torch
+    from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
+
+    torch.set_num_threads(1)
+    datasets.disable_progress_bars()
+    block = spec["seq"]
+    cpu = _cpu_seconds()
+    start = time.perf_counter()
+    tokenizer = BertTokenizerFast(vocab_file=spec["vocab"], do_lower_case=True)
+    raw = datasets.load_dataset("text", data_files=spec["input"], split="train", cache_dir=spec["output"])
+    raw = raw.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
+
+    def tokenize(batch):
+        return tokenizer(batch["text"], return_special_tokens_mask=True)
+
+    tokenized = raw.map(tokenize, batched=True, remove_columns=["text"])
+
+    def group(batch):
+        joined = {k: [x for seq in batch[k] for x in seq] for k in batch}
+        total = len(joined["input_ids"]) // block * block
+        return {k: [v[i : i + block] for i in range(0, total, block)] for k, v in joined.items()}
+
+    grouped = tokenized.map(group, batched=True)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
+    masked = 0
+    n = len(grouped)
+    for i in range(0, n, 256):
+        rows = grouped[i : i + 256]
+        examples = [{k: rows[k][j] for k in rows} for j in range(len(rows["input_ids"]))]
+        out = collator(examples)
+        masked += int((out["labels"] != -100).sum())
+    seconds = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu
+    tokens = sum(len(x) for x in tokenized["input_ids"])
+    shutil.rmtree(spec["output"], ignore_errors=True)
+    return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "instances": n, "masked": masked}
+
+
+def _child_plan(spec: dict) -> dict:
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.plan import plan_tasks
+
+    config = PrepareConfig(inputs=[spec["input"]], output=spec["output"], tokenizer=spec["vocab"])
+
+    def rchar() -> int | None:
+        try:
+            with open("/proc/self/io") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+        except (OSError, StopIteration):
+            return None
+
+    before = rchar()
+    start = time.perf_counter()
+    plan = plan_tasks(config)
+    seconds = time.perf_counter() - start
+    after = rchar()
+    return {
+        "seconds": seconds,
+        "tasks": len(plan.tasks),
+        "bytes_read": None if before is None else after - before,
+    }
+
+
+CHILDREN = {"raw": _child_raw, "prepare": _child_prepare, "hf": _child_hf, "plan": _child_plan}
+
+
+def child_main(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    result = CHILDREN[spec["kind"]](spec)
+    result["self_peak_rss_mb"] = round(_self_peak_rss_mb(), 1)
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent
+
+
+def build_input(source: Path, size: int, dest: Path) -> Path:
+    """``size`` bytes of real text: ``source`` repeated (a blank line between copies), cut at a
+    line end. Documents stay whole except the last."""
+    data = source.read_bytes()
+    if not data.strip():
+        raise SystemExit(f"{source} holds no text")
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    data += b"\n"
+    with open(dest, "wb") as f:
+        written = 0
+        while written < size:
+            piece = data[: size - written]
+            if len(piece) < len(data):
+                cut = piece.rfind(b"\n")
+                piece = piece[: cut + 1] if cut >= 0 else piece
+                if not piece:
+                    break
+            f.write(piece)
+            written += len(piece)
+            if len(piece) < len(data):
+                break
+    return dest
+
+
+def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None) -> list[dict]:
+    """Run one measurement per spec, all at the same time, each in its own process."""
+    env = dict(os.environ)
+    if pycache is not None:
+        # Bytecode cached as in any normal installation (some environments disable it, and then
+        # every process, pool workers included, recompiles numpy, pyarrow, pydantic... on import).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    src = str(REPO / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for spec in specs
+    ]
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    wall = time.perf_counter() - started
+    results = []
+    for spec, proc, (out, err) in zip(specs, procs, outputs):
+        lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        if proc.returncode != 0 or not lines:
+            tail = "\n".join((err or out).strip().splitlines()[-15:])
+            raise RuntimeError(f"{spec['kind']} measurement failed (exit {proc.returncode}):\n{tail}")
+        result = json.loads(lines[-1][len(RESULT_TAG) :])
+        result["process_wall_seconds"] = round(wall, 3)
+        results.append(result)
+    return results
+
+
+def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) -> dict:
+    return run_children([spec], timeout, pycache)[0]
+
+
+def run_variant(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
+    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once
+    (elapsed: the slower one; tokens and CPU seconds: summed; RSS: each process's)."""
+    if spec["kind"] != "raw-x2":
+        return run_child(spec, timeout, pycache)
+    halves = run_children([{**spec, "kind": "raw", "part": [i, 2]} for i in range(2)], timeout, pycache)
+    return {
+        "seconds": max(h["seconds"] for h in halves),
+        "cpu_seconds": sum(h["cpu_seconds"] for h in halves),
+        "tokens": sum(h["tokens"] for h in halves),
+        "lines": sum(h["lines"] for h in halves),
+        "self_peak_rss_mb": max(h["self_peak_rss_mb"] for h in halves),
+        "worker_peak_rss_mb": sorted(h["self_peak_rss_mb"] for h in halves),
+        "process_wall_seconds": halves[0]["process_wall_seconds"],
+    }
+
+
+def machine_info() -> dict:
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    info = {
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "cpu_model": model or platform.processor(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        info["usable_cpus"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    from importlib import metadata
+
+    for dist in ("tokenizers", "numpy", "pyarrow", "datasets", "transformers", "torch"):
+        try:
+            info[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return info
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def hf_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("datasets", "transformers", "torch"))
+
+
+def spec_for(variant: str, inp: Path, size: int, args, work: Path) -> dict:
+    base = {"input": str(inp), "vocab": str(args.vocab), "seq": args.max_seq_length}
+    if variant in ("raw", "raw-x2"):
+        return {**base, "kind": variant, "batch_lines": args.batch_lines}
+    if variant == "hf":
+        return {**base, "kind": "hf", "output": str(work / "hf-cache")}
+    config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS[variant]}
+    # at least one whole block (4 MB) per task, so every size runs full blocks (peak RSS comparable)
+    config["split_bytes"] = max(BLOCK_BYTES, math.ceil(size / args.tasks))
+    return {**base, "kind": "prepare", "output": str(work / f"out-{variant}"), "config": config}
+
+
+def median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
+    """Per variant: median MB/s, tokens/s, RSS, and median per-round ratio to raw."""
+    variants = sorted({v for r in rounds for v in r}, key=ALL_VARIANTS.index)
+    out: dict[str, dict] = {}
+    for v in variants:
+        res = [r[v] for r in rounds if v in r]
+        mbps = [size / 1e6 / x["seconds"] for x in res]
+        entry = {
+            "runs": len(res),
+            "mb_per_s": median(mbps),
+            "mb_per_s_all": [round(x, 3) for x in mbps],
+            "tokens_per_s": median([x["tokens"] / x["seconds"] for x in res]),
+            "seconds": median([x["seconds"] for x in res]),
+            "cpu_seconds": median([x.get("cpu_seconds") for x in res]),
+            "peak_rss_mb": max(x.get("self_peak_rss_mb", 0) for x in res),
+        }
+        workers = [p for x in res for p in x.get("worker_peak_rss_mb", [])]
+        if workers:  # pool workers (and multiprocessing's small helper processes)
+            entry["pool_worker_peak_rss_mb"] = max(workers)
+            entry["per_worker_peak_rss_mb"] = res[-1].get("worker_peak_rss_mb", [])
+        if "raw" in variants and v != "raw":
+            ratios = [r["raw"]["seconds"] / r[v]["seconds"] for r in rounds if v in r and "raw" in r]
+            entry["ratio_vs_raw"] = median(ratios)
+            entry["ratio_vs_raw_all"] = [round(x, 3) for x in ratios]
+            # the same ratio in CPU seconds: far less sensitive to other load on a shared machine
+            cpu = [r["raw"]["cpu_seconds"] / r[v]["cpu_seconds"] for r in rounds if v in r and "raw" in r]
+            entry["cpu_ratio_vs_raw"] = median(cpu)
+            entry["cpu_ratio_vs_raw_all"] = [round(x, 3) for x in cpu]
+        out[v] = entry
+    comparisons = {}
+    for v, b, label in COMPARISONS:
+        pairs = [(r[b], r[v]) for r in rounds if v in r and b in r]
+        if pairs:
+            ratios = [base["seconds"] / x["seconds"] for base, x in pairs]
+            cpu = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
+            comparisons[f"{v}/{b}"] = {"label": label, "ratio": median(ratios), "all": [round(x, 3) for x in ratios]}
+            two_processes = v.endswith("-w2") or v.endswith("-x2")
+            if not two_processes:
+                comparisons[f"{v}/{b}"]["cpu_ratio"] = median(cpu)
+            else:
+                # CPU work of the two-worker run relative to one worker: the speed-up two idle
+                # cores would give is 2 x this; the wall-clock ratio also depends on other load.
+                work = [base["cpu_seconds"] / x["cpu_seconds"] for base, x in pairs]
+                comparisons[f"{v}/{b}"]["cpu_work_ratio"] = median(work)
+                comparisons[f"{v}/{b}"]["cores_used"] = median([x["cpu_seconds"] / x["seconds"] for _, x in pairs])
+    scaling = [
+        (r["tf-d1"]["seconds"] / r["tf-d1-w2"]["seconds"]) / (r["raw"]["seconds"] / r["raw-x2"]["seconds"])
+        for r in rounds
+        if all(v in r for v in ("tf-d1", "tf-d1-w2", "raw", "raw-x2"))
+    ]
+    if scaling:
+        # the workers' speed-up as a share of what two plain tokenizer processes got in the same round
+        comparisons["tf-d1-w2/tf-d1"]["share_of_machine_ceiling"] = median(scaling)
+    return {"variants": out, "comparisons": comparisons}
+
+
+def print_summary(title: str, summary: dict) -> None:
+    print(f"\n== {title}")
+    print(f"{'variant':<11} {'MB/s':>7} {'tokens/s':>10} {'ratio vs raw':>13} {'CPU ratio':>10} {'peak RSS MB':>12}"
+          "  per-round ratios (wall)")
+    for v, e in summary["variants"].items():
+        ratio = e.get("ratio_vs_raw")
+        rss = e["peak_rss_mb"]
+        if e.get("pool_worker_peak_rss_mb"):
+            rss_text = f"{e['pool_worker_peak_rss_mb']:.0f}/worker"
+        else:
+            rss_text = f"{rss:.0f}"
+        cpu = e.get("cpu_ratio_vs_raw")
+        print(
+            f"{v:<11} {e['mb_per_s']:7.2f} {e['tokens_per_s']:10.0f} "
+            f"{(f'{ratio:.2f}x' if ratio is not None else '-'):>13} "
+            f"{(f'{cpu:.2f}x' if cpu is not None else '-'):>10} {rss_text:>12}  "
+            f"{', '.join(f'{x:.2f}' for x in e.get('ratio_vs_raw_all', []))}"
+        )
+    for key, c in summary["comparisons"].items():
+        cpu = f", CPU-time ratio {c['cpu_ratio']:.2f}x" if "cpu_ratio" in c else ""
+        print(f"ratio {key:<20} {c['ratio']:.2f}x  ({c['label']}; rounds: {', '.join(f'{x:.2f}' for x in c['all'])}{cpu})")
+        if "cpu_work_ratio" in c:
+            print(f"      CPU seconds of 1 process / of 2: {c['cpu_work_ratio']:.2f}; cores busy during the "
+                  f"2-process run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
+        if "share_of_machine_ceiling" in c:
+            print(f"      as a share of the raw-x2/raw speed-up of the same round: {c['share_of_machine_ceiling']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", type=Path, default=DEFAULT_SOURCE,
+                   help="real text (Google format) to repeat up to each size (default: the bundled 1 MB "
+                        "WikiText-2 sample; e.g. /work/shared/corpus/wikitext2-train.txt)")
+    p.add_argument("--vocab", type=Path, default=DEFAULT_VOCAB, help="tokenizer (default: bundled bert-base-uncased vocab)")
+    p.add_argument("--sizes", default="10MB",
+                   help="input sizes, comma-separated: the first runs every variant, the others raw, tf-d1, tf-d1-w2 "
+                        "(peak RSS must not grow with the input), e.g. 10MB,200MB or 10MB,1GB")
+    p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated subset of {','.join(ALL_VARIANTS)}")
+    p.add_argument("--repeats", type=int, default=3, help="rounds over all variants at the first size (median reported)")
+    p.add_argument("--big-repeats", type=int, default=1, help="rounds at each further size")
+    p.add_argument("--tasks", type=int, default=4, help="tasks the input is split into for every prepare variant")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-lines", type=int, default=10_000, help="lines per encode_batch_fast call of the raw baseline")
+    p.add_argument("--plan-size", type=parse_size, default=parse_size("1GB"),
+                   help="size of the sparse file plan_tasks is timed on (0 to skip)")
+    p.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "prepare_bench.json",
+                   help="where to write the results (default: benchmarks/results/prepare_bench.json)")
+    p.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a new temp dir, removed)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before a measurement is abandoned")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip the unreported warm-up round on a small input (it fills the bytecode cache "
+                        "the measurements use, see below, so no measurement pays for compiling imports)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child_main(args.child)
+        return 0
+
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in ALL_VARIANTS]
+    if unknown or not sizes or args.repeats < 1:
+        p.error(f"unknown variants {unknown}" if unknown else "need at least one size and one repeat")
+    notes = []
+    if "hf" in variants and not hf_available():
+        variants.remove("hf")
+        notes.append("hf skipped: datasets/transformers/torch not installed")
+    variants.sort(key=ALL_VARIANTS.index)
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="mlm-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "benchmark": "prepare_bench",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "load_average_start": load_average(),
+        "settings": {"source": str(args.input), "vocab": str(args.vocab), "sizes": sizes, "variants": variants,
+                     "repeats": args.repeats, "big_repeats": args.big_repeats, "tasks": args.tasks,
+                     "max_seq_length": args.max_seq_length, "raw_batch_lines": args.batch_lines},
+        "notes": notes,
+        "sizes": {},
+    }
+    print(f"machine: {result['machine']['cpu_model']}, {result['machine'].get('usable_cpus')} usable cpus, "
+          f"load {result['load_average_start']}")
+    for n in notes:
+        print("note:", n)
+    pycache = work / "pycache"
+    try:
+        if not args.no_warmup:
+            inp = build_input(args.input, 256 << 10, work / "input-warmup.txt")
+            for v in variants:
+                run_variant(spec_for(v, inp, inp.stat().st_size, args, work), args.timeout, pycache)
+            inp.unlink()
+        for si, size in enumerate(sizes):
+            label = fmt_size(size)
+            inp = build_input(args.input, size, work / f"input-{size}.txt")
+            size = inp.stat().st_size
+            these = variants if si == 0 else [v for v in ("raw", "tf-d1", "tf-d1-w2", "raw-x2") if v in variants]
+            repeats = args.repeats if si == 0 else args.big_repeats
+            rounds: list[dict[str, dict]] = []
+            for r in range(repeats):
+                order = these[r % len(these):] + these[: r % len(these)]
+                rnd: dict[str, dict] = {}
+                for v in order:
+                    res = run_variant(spec_for(v, inp, size, args, work), args.timeout, pycache)
+                    rnd[v] = res
+                    print(f"  [{label} round {r + 1}/{repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
+                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB"
+                          + (f" (workers {res['worker_peak_rss_mb']})" if res.get("worker_peak_rss_mb") else ""),
+                          flush=True)
+                rounds.append(rnd)
+            summary = summarize(rounds, size)
+            result["sizes"][label] = {"bytes": size, "rounds": rounds, **summary}
+            print_summary(f"{label} input ({size:,} bytes), {repeats} round(s), medians", summary)
+            inp.unlink()
+        if len(sizes) > 1 and "tf-d1" in variants:
+            rss = {k: v["variants"]["tf-d1"]["peak_rss_mb"] for k, v in result["sizes"].items()}
+            lo, hi = min(rss.values()), max(rss.values())
+            result["rss_flatness"] = {"tf-d1_peak_rss_mb": rss, "max_over_min": hi / lo if lo else None}
+            print(f"\npeak RSS of one worker (tf-d1) by input size: "
+                  + ", ".join(f"{k}: {v:.0f} MB" for k, v in rss.items()) + f"  (max/min {hi / lo:.2f})")
+        if args.plan_size:
+            sparse = work / "plan-input.txt"
+            with open(sparse, "wb") as f:
+                f.write(args.input.read_bytes()[: 1 << 20])
+                f.truncate(args.plan_size)  # the rest is a hole: never written, must never be read
+            res = run_child({"kind": "plan", "input": str(sparse), "vocab": str(args.vocab),
+                             "output": str(work / "plan-out")}, args.timeout, pycache)
+            sparse.unlink()
+            result["planning"] = {"input_bytes": args.plan_size, **res}
+            print(f"\nplanning {fmt_size(args.plan_size)}: {res['seconds'] * 1000:.1f} ms, {res['tasks']} tasks, "
+                  f"{res['bytes_read']} bytes read by the planning process")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    result["load_average_end"] = load_average()
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1))
+    print(f"\nresults written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""InstanceBatch layout helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
+
+
+def _batch(ids_high: int, nsp: bool = True) -> InstanceBatch:
+    g = np.random.default_rng(0)
+    lens = g.integers(3, 12, size=9)
+    mcounts = np.minimum(g.integers(0, 4, size=9), lens)
+    total, mtotal = int(lens.sum()), int(mcounts.sum())
+    return InstanceBatch(
+        input_ids=g.integers(0, ids_high, size=total).astype(np.int32),
+        segment_ids=g.integers(0, 2, size=total).astype(np.int8),
+        offsets=lengths_to_offsets(lens),
+        masked_lm_positions=g.integers(0, 3, size=mtotal).astype(np.int32),
+        masked_lm_ids=g.integers(0, ids_high, size=mtotal).astype(np.int32),
+        masked_offsets=lengths_to_offsets(mcounts),
+        next_sentence_labels=g.integers(0, 2, size=9).astype(np.int8) if nsp else None,
+    )
+
+
+@pytest.mark.parametrize("ids_high, nsp, seq", [(200, True, 16), (30522, True, 16), (250_000, False, 300)])
+def test_compact_padding_holds_the_same_values(ids_high, nsp, seq):
+    batch = _batch(ids_high, nsp)
+    wide = batch.padded(seq, 5)
+    small = batch.padded(seq, 5, compact=True)
+    assert wide.keys() == small.keys()
+    for key in wide:
+        assert wide[key].shape == small[key].shape
+        assert np.array_equal(wide[key], small[key]), key
+        assert small[key].dtype.itemsize <= wide[key].dtype.itemsize
+    assert wide["input_ids"].dtype == np.int64 and wide["masked_lm_weights"].dtype == np.float32
+    if nsp:
+        assert InstanceBatch.from_padded(small).row(4) == batch.row(4)
+
+
+def test_tfrecord_bytes_do_not_depend_on_the_padding_dtype():
+    from mlm_pipeline.write.tfrecord import encode_examples, encode_tfrecord
+
+    batch = _batch(30522)
+    assert encode_tfrecord(batch, max_seq_length=16, max_predictions=5) == encode_examples(batch.padded(16, 5))

@@ -1,0 +1,37 @@
+"""The benchmark script still runs (a few seconds on a tiny input). Never asserts on speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_prepare_bench_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [
+            sys.executable, str(REPO / "benchmarks" / "prepare_bench.py"),
+            "--sizes", "64KB,96KB", "--repeats", "1", "--variants", "raw,tf-d1,pq-d1",
+            "--plan-size", "8MB", "--no-warmup", "--json", str(out), "--workdir", str(tmp_path / "work"),
+        ],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ratio vs raw" in proc.stdout
+    assert "ratio pq-d1/tf-d1" in proc.stdout
+    assert "planning 8MB" in proc.stdout
+    result = json.loads(out.read_text())
+    first = result["sizes"]["64KB"]
+    assert set(first["variants"]) == {"raw", "tf-d1", "pq-d1"}
+    for name in ("tf-d1", "pq-d1"):
+        entry = first["variants"][name]
+        assert entry["ratio_vs_raw"] > 0 and entry["mb_per_s"] > 0 and entry["peak_rss_mb"] > 0
+    assert set(result["sizes"]["96KB"]["variants"]) == {"raw", "tf-d1"}
+    assert result["rss_flatness"]["max_over_min"] >= 1
+    assert result["planning"]["tasks"] >= 1
+    assert result["machine"]["cpus"] >= 1
