@@ -330,7 +330,8 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> bytes:
     return out.tobytes()
 
 
-_CHUNK_BYTES = 1 << 24  # records are encoded in chunks of about this many slot bytes
+_CHUNK_BYTES = 1 << 22  # records are encoded in chunks of about this many (estimated) slot bytes:
+# ~18 MB of temporaries for a 4 MB block at dupe 1 instead of ~48 MB with 16 MB chunks, same speed
 
 
 def encode_examples(features: Mapping[str, np.ndarray]) -> bytes:
