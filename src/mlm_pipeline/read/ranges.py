@@ -414,9 +414,14 @@ def chunk_size_for(piece: Piece) -> int:
     return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, piece.end - piece.start + MIN_CHUNK_BYTES // 4))
 
 
-def is_blank(line: bytes) -> bool:
+def is_blank(line: bytes, too_long: bool = False) -> bool:
     """Whether a line is whitespace only, as ``str.strip`` sees it after UTF-8 decoding
-    (so ``\\r``, NBSP and ideographic spaces count as whitespace, invalid bytes do not)."""
+    (so ``\\r``, NBSP and ideographic spaces count as whitespace, invalid bytes do not).
+
+    For a line the ``LineReader`` flagged ``too_long``, ``line`` is only its kept head: such a
+    line is blank only when nothing was kept."""
+    if too_long:
+        return not line
     b = line.strip()
     if not b:
         return True

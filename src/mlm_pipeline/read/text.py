@@ -90,7 +90,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
         if piece.start > 0:
             # lines before the first blank line belong to a document owned by an earlier range
             for first in it:
-                if (not first[1]) if first[2] else is_blank(first[1]):
+                if is_blank(first[1], first[2]):
                     break
             else:
                 span_start = span_end = lines.pos
@@ -100,7 +100,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
         doc = DocumentBuffer()
         limit = options.max_document_bytes
         for start, line, too_long in it:
-            if (not line) if too_long else is_blank(line):
+            if is_blank(line, too_long):
                 if doc.lines:
                     yield from _emit(doc.take(), piece, options, stats, lines.bom)
                 if end is not None and start >= end:

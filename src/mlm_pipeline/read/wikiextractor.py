@@ -91,7 +91,7 @@ def _paragraph_docs(
                     yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
                     first_part = False
                 doc.add(start, line, too_long)
-            elif (not line) if too_long else is_blank(line):
+            elif is_blank(line, too_long):
                 in_stray = False
             elif not in_stray:
                 stats.skip("outside_doc")
