@@ -60,7 +60,7 @@ from tokenizers import Tokenizer
 
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
 from mlm_pipeline.stats import ReadStats
-from mlm_pipeline.tokenize import TextTokenizer
+from mlm_pipeline.tokenize import TextTokenizer, encode_ids
 
 # Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
 REFERENCE_MAX_INPUT_CHARS_PER_WORD = 200
@@ -141,7 +141,7 @@ def _google_lower(text: str) -> str:
 def tokenize_reference_documents(
     documents: Sequence[Sequence[str]], tokenizer: TextTokenizer
 ) -> list[list[np.ndarray]]:
-    """Tokenize every sentence in one batched call; drop empty sentences, then empty documents.
+    """Tokenize every sentence in batched calls; drop empty sentences, then empty documents.
 
     Returns, per kept document, one int32 id array per kept sentence (views into one flat array).
     """
@@ -151,13 +151,7 @@ def tokenize_reference_documents(
     tok, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
-    encodings = tok.encode_batch_fast(sentences, add_special_tokens=False)
-    id_lists = [e.ids for e in encodings]
-    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-    flat = np.fromiter(
-        (i for ids in id_lists for i in ids), dtype=np.int32, count=int(lengths.sum())
-    )
-    del id_lists, encodings
+    flat, lengths = encode_ids(tok, sentences)
     offsets = lengths_to_offsets(lengths).tolist()
     out: list[list[np.ndarray]] = []
     k = 0

@@ -1,0 +1,131 @@
+"""``TextTokenizer.encode_batch``: the ids of the plain tokenizer, whichever route a text takes.
+
+Plain-ASCII texts skip the Rust ``BertNormalizer`` (lower-cased in Python instead, see
+``tokenize._AsciiPath``); these tests compare every text's ids with what the unmodified
+tokenizer gives for it, on the bundled real corpora and on generated text aimed at the cases
+where the two routes could part: control characters, added-token strings in any case, non-ASCII
+text interleaved with ASCII, over-long words.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import DATA, SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
+from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
+
+
+def plain_ids(tok: TextTokenizer, texts: list[str]) -> list[list[int]]:
+    """What the tokenizer itself gives, normaliser included, one text at a time."""
+    return [e.ids for e in tok.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def encoded_ids(tok: TextTokenizer, texts: list[str]) -> list[list[int]]:
+    ids, lengths = tok.encode_batch(texts)
+    assert ids.dtype == np.int32 and lengths.dtype == np.int64 and len(lengths) == len(texts)
+    assert int(lengths.sum()) == len(ids)
+    return [part.tolist() for part in np.split(ids, np.cumsum(lengths)[:-1])] if texts else []
+
+
+def lines_of(path, limit: int | None = None) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[:limit]
+
+
+def fast_share(tok: TextTokenizer, texts: list[str]) -> float:
+    take, _ = tok._ascii.split(texts)
+    return len(take) / len(texts)
+
+
+@pytest.mark.parametrize(
+    "path, min_fast, max_fast",
+    [
+        (WIKITEXT, 0.7, 0.9),  # English with names in other scripts and accents
+        (SAMPLE_TEXT, 0.95, 1.0),
+        (WIKIEXTRACTOR, 0.5, 1.0),
+        (DATA / "hongloumeng-300KB.txt", 0.0, 0.01),  # Chinese: everything takes the full route
+    ],
+)
+def test_real_corpora_give_the_plain_tokenizers_ids(tok, path, min_fast, max_fast):
+    texts = lines_of(path)
+    # the share checks that both routes are really exercised by this data
+    assert min_fast <= fast_share(tok, texts) <= max_fast
+    assert encoded_ids(tok, texts) == plain_ids(tok, texts)
+
+
+def test_cased_vocabulary_skips_lower_casing():
+    cased = TextTokenizer(str(VOCAB), do_lower_case=False)
+    assert cased._ascii is not None and not cased._ascii.lowercase
+    texts = lines_of(WIKITEXT, 2000) + ["Hello World", "HELLO", "[MASK] x [mask]"]
+    assert encoded_ids(cased, texts) == plain_ids(cased, texts)
+
+
+EDGE_CASES = [
+    "",
+    "   ",
+    "The Quick BROWN fox.",
+    "tab\there\x0bvertical\x0cfeed",  # \x0b and \x0c are deleted, not spaces
+    "nul\x00in\x01the\x1fmiddle\x7fdel",
+    "[MASK] is special",
+    "lower [mask] and [Mask] are not",
+    "glued[SEP]tokens[CLS]",
+    "x" * 99 + " " + "y" * 100 + " " + "z" * 101,  # WordPiece's 100-character word limit
+    "caf\u00e9 na\u00efve",  # accents: full route
+    "\u4e2d\u6587 and ascii",
+    "a\u00a0b",  # no-break space
+    "emoji \U0001f600 here",
+    "UPPER-case, hyphen-ated; punct!?",
+]
+
+
+def test_edge_cases_in_any_order(tok):
+    assert encoded_ids(tok, EDGE_CASES) == plain_ids(tok, EDGE_CASES)
+    reordered = EDGE_CASES[::-1] + EDGE_CASES
+    assert encoded_ids(tok, reordered) == plain_ids(tok, reordered)
+
+
+def test_texts_with_control_or_added_tokens_take_the_full_route(tok):
+    texts = ["plain text", "[MASK] here", "[mask] here", "ctrl\x01", "tab\tok", "caf\u00e9"]
+    take, normalised = tok._ascii.split(texts)
+    assert take == [0, 4]
+    assert normalised == ["plain text", "tab\tok"]
+
+
+def test_batches_larger_than_one_tokenizer_call(tok):
+    from mlm_pipeline import tokenize
+
+    texts = lines_of(WIKITEXT, 3 * tokenize.ENCODE_BATCH + 17)
+    assert encoded_ids(tok, texts) == plain_ids(tok, texts)
+
+
+def test_tokenizers_without_bert_normaliser_use_the_plain_route(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(lines_of(WIKITEXT, 2000), trainers.BpeTrainer(
+        vocab_size=1000, special_tokens=["<s>", "</s>", "<mask>", "<unk>"]))
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    tok = TextTokenizer(str(tmp_path / "tokenizer.json"))
+    assert tok._ascii is None
+    texts = lines_of(WIKITEXT, 300)
+    assert encoded_ids(tok, texts) == plain_ids(tok, texts)
+
+
+_PIECES = st.one_of(
+    st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=30),
+    st.sampled_from(["[MASK]", "[mask]", "[Sep]", "[UNK]", "[PAD]x", "\u00e9", "\u4e2d", "\u00a0",
+                     "\x00", "\ufffd", " ", "\t", "\n", "##", "don't", "U.S.A."]),
+    st.text(max_size=5),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_PIECES, max_size=6).map("".join), max_size=12))
+def test_generated_text_gives_the_plain_tokenizers_ids(texts):
+    tok = load_tokenizer(str(VOCAB), True)
+    assert encoded_ids(tok, texts) == plain_ids(tok, texts)
