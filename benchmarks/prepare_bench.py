@@ -184,10 +184,10 @@ def _cpu_seconds() -> float:
 def _preimport() -> None:
     """Import what ``run_prepare`` imports lazily, so a measurement times work, not imports
     (a CLI run pays them once per process; the benchmark reports process wall time too)."""
-    import mlm_pipeline.executors.local  # noqa: F401
-    import mlm_pipeline.task  # noqa: F401
-    import mlm_pipeline.write.parquet  # noqa: F401
-    import mlm_pipeline.write.tfrecord  # noqa: F401
+    import importlib
+
+    for module in ("executors.local", "task", "write.parquet", "write.tfrecord"):
+        importlib.import_module(f"mlm_pipeline.{module}")
 
 
 def _child_raw(spec: dict) -> dict:
@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
             rss[first] = result["sizes"][first]["default_settings_run"]["self_peak_rss_mb"]
             lo, hi = min(rss.values()), max(rss.values())
             result["rss_flatness"] = {"tf-d1_peak_rss_mb": rss, "max_over_min": hi / lo if lo else None}
-            print(f"\npeak RSS of one worker (tf-d1, tasks of several blocks) by input size: "
+            print("\npeak RSS of one worker (tf-d1, tasks of several blocks) by input size: "
                   + ", ".join(f"{k}: {v:.0f} MB" for k, v in rss.items()) + f"  (max/min {hi / lo:.2f})")
         if args.plan_size:
             sparse = work / "plan-input.txt"

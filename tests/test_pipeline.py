@@ -95,6 +95,19 @@ def test_rerun_skips_completed_tasks_and_refuses_other_settings(tmp_path):
         run_prepare(config(out, masked_lm_prob=0.2))
 
 
+def test_run_started_by_an_older_algorithm_is_not_resumed(tmp_path):
+    from mlm_pipeline.pipeline import ALGORITHM
+
+    out = tmp_path / "o"
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
+    record = json.loads((out / "_run.json").read_text())
+    assert record["algorithm"] == ALGORITHM
+    del record["algorithm"]  # as the first version wrote it
+    (out / "_run.json").write_text(json.dumps(record))
+    with pytest.raises(OutputError, match=f"algorithm 1, now {ALGORITHM}"):
+        run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
+
+
 def test_missing_task_is_redone_identically(tmp_path):
     out = tmp_path / "o"
     first = run_prepare(config(out))

@@ -34,6 +34,11 @@ RUN_FILE = "_run.json"
 MANIFEST = "manifest.json"
 PLAN_FILE = "_plan.json"
 
+ALGORITHM = 2
+"""Version of the default-mode instance building, shuffling and masking: the same settings and
+seed give the same bytes only under the same version, so a run started under another is not
+resumed (2: instances shuffled as they are built, before masking)."""
+
 
 class OutputError(ValueError):
     """The output location cannot be used (unwritable, or holds a run with other settings)."""
@@ -42,6 +47,7 @@ class OutputError(ValueError):
 def _run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     return {
         "version": __version__,
+        "algorithm": ALGORITHM,
         "settings": config.output_settings(),
         "output_fingerprint": config.output_fingerprint(),
         "tokenizer_fingerprint": tokenizer_fp,
@@ -68,6 +74,11 @@ def _check_or_start_run(config: PrepareConfig, record: dict) -> None:
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
             problems.append(f"{key.replace('_', '-')}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
+    if existing.get("algorithm", 1) != record["algorithm"]:
+        problems.append(
+            f"the existing run was made by a version that builds other instances (algorithm "
+            f"{existing.get('algorithm', 1)}, now {record['algorithm']}): finish it with that version"
+        )
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
     if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:

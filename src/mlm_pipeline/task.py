@@ -1,7 +1,8 @@
 """The per-task pure function: pieces of input in, committed shards and a completion marker out.
 
-    read documents -> [block of ~block_bytes] -> tokenize (one Rust call) -> build instances
-    -> mask (vectorised) -> shuffle -> append to shard -> ... -> commit shards -> marker
+    read documents -> [block of ~block_bytes] -> tokenize (batched Rust calls) -> build
+    instances in shuffled order -> mask (vectorised) -> append to shard -> ... -> commit shards
+    -> marker
 
 Output depends only on (the task's input bytes, the config, the task's seed). Memory is bounded
 by the block size, not by the task or the corpus. The marker is written last: a task without a
@@ -105,6 +106,7 @@ def _process_block(
     if len(docs.doc_sentences) == 0:
         return
     rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
+    # instances come out of building already in their shuffled order (no second gather)
     if config.objective == "nsp":
         batch, pair_stats = build_nsp_instances(
             docs,
@@ -114,21 +116,21 @@ def _process_block(
             cls_id=tok.special.cls,
             sep_id=tok.special.sep,
             rng=rng,
+            shuffle=True,
         )
         pairs = pair_stats.to_dict()
     else:
-        # one packing, masked dupe_factor times (each copy with its own mask)
+        # one packing, dupe_factor copies of each instance (masked apart below), shuffled
         once = build_single_segment_instances(
             docs, objective=config.objective, max_seq_length=config.max_seq_length,
             cls_id=tok.special.cls, sep_id=tok.special.sep,
         )
-        batch = InstanceBatch.concat([once] * config.dupe_factor)
+        batch = once.take(rng.permutation(len(once) * config.dupe_factor) % len(once))
         pairs = {"instances": len(batch)}
     mask_stats = {}
     if config.masking == "static":
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
         mask_stats = masked.to_dict()
-    batch = batch.take(rng.permutation(len(batch)))
     block_stats.add(batch, pairs, mask_stats, len(docs.ids))
     sink.write(batch)
 

@@ -105,8 +105,13 @@ def build_nsp_instances(
     cls_id: int,
     sep_id: int,
     rng: np.random.Generator,
+    shuffle: bool = False,
 ) -> tuple[InstanceBatch, PairStats]:
-    """Unmasked NSP instances for every document, ``dupe_factor`` passes, in build order."""
+    """Unmasked NSP instances for every document, ``dupe_factor`` passes.
+
+    In build order, or with ``shuffle`` in a random order drawn from ``rng``: the instances'
+    ranges are permuted before the tokens are gathered, so shuffling costs no second gather.
+    """
     max_tokens = max_seq_length - 3
     # Plain Python lists and bisect in the per-instance loop: numpy scalars and searchsorted
     # calls cost about a microsecond each, several times the work they do here.
@@ -194,6 +199,12 @@ def build_nsp_instances(
     front_b = rng.binomial(lb0 - lb, 0.5)
     a_start_arr += front_a
     b_start_arr += front_b
+    labels_arr = np.asarray(labels, np.int8)
+    if shuffle:
+        order = rng.permutation(n)
+        a_start_arr, b_start_arr, la, lb, labels_arr = (
+            a_start_arr[order], b_start_arr[order], la[order], lb[order], labels_arr[order]
+        )
     # gather [CLS] A [SEP] B [SEP] for all instances at once
     total_len = la + lb + 3
     offsets = lengths_to_offsets(total_len)
@@ -209,7 +220,6 @@ def build_nsp_instances(
     ids[b_dst_idx] = docs.ids[ranges_to_indices(b_start_arr, lb)]
     seg[b_dst_idx] = 1
     seg[offsets[1:] - 1] = 1
-    labels_arr = np.asarray(labels, np.int8)
     stats.instances = n
     stats.random_next = int(labels_arr.sum())
     return (
