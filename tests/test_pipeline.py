@@ -59,8 +59,9 @@ def test_every_document_read_exactly_once_across_tasks(tmp_path):
         assert small["totals"][key] == whole["totals"][key], key
 
 
-def test_manifest_contents(tmp_path):
-    m = run_prepare(config(tmp_path / "o"))
+@pytest.mark.parametrize("fmt", ["tfrecord", "parquet"])
+def test_manifest_contents(tmp_path, fmt):
+    m = run_prepare(config(tmp_path / "o", format=fmt))
     t = m["totals"]
     assert m["config"]["max_seq_length"] == 128 and m["tokenizer_fingerprint"]
     assert t["instances"] == sum(s["instances"] for s in m["shards"]) > 3000
@@ -70,7 +71,7 @@ def test_manifest_contents(tmp_path):
     assert sum(t["instance_length_histogram"].values()) == t["instances"]
     import hashlib
 
-    for s in m["shards"]:
+    for s in m["shards"]:  # sizes and digests (computed while writing) match the files
         data = (tmp_path / "o" / s["path"]).read_bytes()
         assert len(data) == s["bytes"] and hashlib.sha256(data).hexdigest() == s["sha256"]
     assert not (tmp_path / "o" / "_tmp").exists()

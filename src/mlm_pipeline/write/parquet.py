@@ -6,6 +6,8 @@ a block of instances becomes a table without touching single instances.
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -98,12 +100,12 @@ WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": False, "write_statisti
 
 
 class ParquetShardWriter:
-    """Appends blocks as row groups to one local Parquet file."""
+    """Appends blocks as row groups to one Parquet file (an open binary file; not closed here)."""
 
     extension = "parquet"
 
-    def __init__(self, path: str, **_: object):
-        self._writer = pq.ParquetWriter(path, SCHEMA, **WRITE_OPTIONS)
+    def __init__(self, f: BinaryIO, **_: object):
+        self._writer = pq.ParquetWriter(f, SCHEMA, **WRITE_OPTIONS)
 
     def write(self, batch: InstanceBatch) -> None:
         if len(batch):

@@ -8,10 +8,12 @@ upload, which appears only once complete). Nothing named like a shard exists unt
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import tempfile
 import uuid
+from typing import BinaryIO
 
 from mlm_pipeline import fs
 from mlm_pipeline.instances.batch import InstanceBatch
@@ -21,11 +23,44 @@ SHARDS_DIR = "shards"
 TMP_DIR = "_tmp"
 
 
+class HashingFile(io.RawIOBase):
+    """A local file opened for writing that computes its SHA-256 as the bytes go through, so a
+    finished shard need not be read back to be hashed for the manifest."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._f = open(path, "wb")
+        self._sha256 = hashlib.sha256()
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._sha256.update(data)
+        written = self._f.write(data)
+        self._position += written
+        return written
+
+    def tell(self) -> int:
+        return self._position
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+
 class TFRecordShardWriter:
+    """Appends blocks of records to one TFRecord file (an open binary file; not closed here)."""
+
     extension = "tfrecord"
 
-    def __init__(self, path: str, *, max_seq_length: int, max_predictions: int):
-        self._f = open(path, "wb")
+    def __init__(self, f: BinaryIO, *, max_seq_length: int, max_predictions: int):
+        self._f = f
         self._seq = max_seq_length
         self._pred = max_predictions
 
@@ -36,7 +71,7 @@ class TFRecordShardWriter:
             self._f.write(encode_tfrecord(batch, max_seq_length=self._seq, max_predictions=self._pred))
 
     def close(self) -> None:
-        self._f.close()
+        pass
 
 
 WRITERS = {"tfrecord": TFRecordShardWriter, "parquet": ParquetShardWriter}
@@ -44,14 +79,6 @@ WRITERS = {"tfrecord": TFRecordShardWriter, "parquet": ParquetShardWriter}
 
 def shard_name(task_id: str, k: int, fmt: str) -> str:
     return f"part-{task_id}-{k:05d}.{WRITERS[fmt].extension}"
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def commit_file(local_tmp: str, dest_url: str) -> None:
@@ -103,24 +130,35 @@ class ShardSink:
         self.tmp_dir = tmp_dir_for(output)
         self.shards: list[dict] = []
         self._writer = None
+        self._file: HashingFile | None = None
         self._tmp_path = None
         self._count = 0
 
     def _open(self) -> None:
         self._tmp_path = os.path.join(self.tmp_dir, f"{self.task_id}-{uuid.uuid4().hex}.partial")
-        self._writer = WRITERS[self.fmt](self._tmp_path, **self.writer_args)
+        self._file = HashingFile(self._tmp_path)
+        self._writer = WRITERS[self.fmt](self._file, **self.writer_args)
         self._count = 0
 
+    def _close_file(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._file.close()
+
     def _commit(self) -> None:
-        self._writer.close()
+        self._close_file()
         name = shard_name(self.task_id, len(self.shards), self.fmt)
         size = os.path.getsize(self._tmp_path)
-        digest = _sha256_file(self._tmp_path)
+        if size != self._file.tell():
+            raise OSError(f"{self._tmp_path}: {size} bytes on disk, {self._file.tell()} written")
+        digest = self._file.hexdigest()
         commit_file(self._tmp_path, fs.join(self.output, SHARDS_DIR, name))
         self.shards.append(
             {"path": f"{SHARDS_DIR}/{name}", "instances": self._count, "bytes": size, "sha256": digest}
         )
         self._writer = None
+        self._file = None
         self._tmp_path = None
 
     def write(self, batch: InstanceBatch) -> None:
@@ -140,14 +178,14 @@ class ShardSink:
         if self._writer is not None and self._count > 0:
             self._commit()
         elif self._writer is not None:
-            self._writer.close()
+            self._close_file()
             os.unlink(self._tmp_path)
         return self.shards
 
     def abort(self) -> None:
         if self._writer is not None:
             try:
-                self._writer.close()
+                self._close_file()
             finally:
                 if self._tmp_path and os.path.exists(self._tmp_path):
                     os.unlink(self._tmp_path)
