@@ -65,10 +65,10 @@ class TFRecordShardWriter:
         self._pred = max_predictions
 
     def write(self, batch: InstanceBatch) -> None:
-        from mlm_pipeline.write.tfrecord import encode_tfrecord
+        from mlm_pipeline.write.tfrecord import iter_encoded_tfrecord
 
-        if len(batch):
-            self._f.write(encode_tfrecord(batch, max_seq_length=self._seq, max_predictions=self._pred))
+        for chunk in iter_encoded_tfrecord(batch, max_seq_length=self._seq, max_predictions=self._pred):
+            self._f.write(chunk)
 
     def close(self) -> None:
         pass
