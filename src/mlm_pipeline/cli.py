@@ -164,7 +164,7 @@ def prepare(
     workers: int = typer.Option(0, "--workers", "-j", help="Worker processes for the local executor (0 = all cores)."),
     executor: Executor = typer.Option(Executor.local, "--executor", help="local: a process pool on this machine. ray: Ray tasks on a cluster (see --ray-address)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address: 'auto' on a cluster node, host:6379, or ray://host:10001 (Ray Client). Without it: RAY_ADDRESS (set by `ray job submit`), else a private local Ray instance with --workers CPUs."),
-    split_size: str = typer.Option("64MB", "--split-size", help="Target input bytes per task: big uncompressed files are cut into ranges of this size on document boundaries; small files are grouped up to it."),
+    split_size: str = typer.Option("auto", "--split-size", help="Target input bytes per task: big uncompressed files are cut into ranges of this size on document boundaries; small files are grouped up to it. auto: the total input / 32, from 1MB to 64MB, so a small corpus still spreads over the workers."),
     block_size: str = typer.Option("4MB", "--block-size", help="Text per processing block inside a task: bounds worker memory; random-next segments and the instance shuffle are drawn within a block."),
     max_instances_per_shard: int = typer.Option(100_000, "--max-instances-per-shard", help="A task's output rolls over to a new shard file after this many instances."),
     on_decode_error: DecodePolicy = typer.Option(

@@ -32,6 +32,13 @@ def parse_size(value: int | str) -> int:
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 
+
+def _parse_size_or_auto(value: int | str | None) -> int | None:
+    return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else parse_size(value)
+
+
+SizeOrAuto = Annotated[int | None, BeforeValidator(_parse_size_or_auto)]
+
 InputFormat = Literal["auto", "text", "wikiextractor", "jsonl", "parquet"]
 OutputFormat = Literal["tfrecord", "parquet"]
 DecodePolicy = Literal["replace", "skip", "fail"]
@@ -72,7 +79,7 @@ class PrepareConfig(BaseModel):
     do_whole_word_mask: bool = False
 
     format: OutputFormat = "tfrecord"
-    split_bytes: Size = Field(default=64 << 20, ge=1)
+    split_bytes: SizeOrAuto = Field(default=None, ge=1)  # None: auto, see plan.auto_split_bytes
     block_bytes: Size = Field(default=4 << 20, ge=1)
     max_instances_per_shard: int = Field(default=100_000, ge=1)
 

@@ -48,7 +48,8 @@ def load_run(output: str) -> tuple[PrepareConfig, dict, Plan]:
         raise FileNotFoundError(f"{output} holds no run of mlm-pipeline prepare ({exc})") from None
     tasks = [Task(task_id=t["task_id"], index=i, pieces=tuple(Piece(**p) for p in t["pieces"]),
                   input_bytes=t["input_bytes"]) for i, t in enumerate(plan_doc["tasks"])]
-    plan = Plan(tasks=tasks, files=plan_doc["files"], skipped_files=plan_doc["skipped_files"])
+    plan = Plan(tasks=tasks, files=plan_doc["files"], skipped_files=plan_doc["skipped_files"],
+                split_bytes=plan_doc.get("split_bytes", 0))
     inputs = [f["path"] for f in plan.files] or [s["path"] for s in plan.skipped_files]
     config = build_config({**record["settings"], "inputs": inputs, "output": output})
     return config, record, plan

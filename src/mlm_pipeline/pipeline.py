@@ -131,6 +131,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, markers: lis
         "inputs": plan.files,
         "skipped_files": plan.skipped_files,
         "tasks": len(plan.tasks),
+        "split_bytes": plan.split_bytes,
         "shards": shards,
         "totals": totals,
     }
@@ -184,7 +185,7 @@ def _save_plan(config: PrepareConfig, plan: Plan) -> None:
     url = fs.join(config.output, PLAN_FILE)
     blob = json.dumps(
         {"plan_fingerprint": plan.fingerprint(), "files": plan.files, "skipped_files": plan.skipped_files,
-         "tasks": [t.to_dict() for t in plan.tasks]},
+         "split_bytes": plan.split_bytes, "tasks": [t.to_dict() for t in plan.tasks]},
         indent=1, sort_keys=True,
     ).encode()
     if not fs.exists(url):

@@ -2,9 +2,9 @@
 
 The planner lists files and their sizes and cuts big uncompressed files into nominal byte ranges
 (readers align each range on document boundaries, so the planner never reads the data); small
-files are grouped so that a task is roughly ``split_bytes`` of input. Task ids and seeds come from
-the plan order alone — never from worker count or scheduling — so any executor reproduces the
-same shards.
+files are grouped so that a task is roughly ``split_bytes`` of input (by default a size derived
+from the total input, ``auto_split_bytes``). Task ids and seeds come from the plan order alone —
+never from worker count or scheduling — so any executor reproduces the same shards.
 """
 
 from __future__ import annotations
@@ -39,11 +39,31 @@ class Task:
         return {"task_id": self.task_id, "pieces": [asdict(p) for p in self.pieces], "input_bytes": self.input_bytes}
 
 
+MIB = 1 << 20
+AUTO_TASKS = 32
+AUTO_MIN_BYTES = 1 * MIB
+AUTO_MAX_BYTES = 64 * MIB
+
+
+def auto_split_bytes(total_bytes: int) -> int:
+    """Task size when none is set: the input cut in ``AUTO_TASKS`` (32) tasks, rounded up to a
+    whole MiB, kept within 1 MiB and 64 MiB.
+
+    A fixed 64 MiB made any input under 64 MiB one task, run by one worker however many there
+    were; 32 tasks keep a pool or a small cluster busy to the end, while 1 MiB keeps a task (and
+    its blocks, where random-next segments are drawn) large, and 64 MiB bounds what a lost task
+    costs on a big corpus. It depends on the input only, never on the worker count.
+    """
+    per_task = -(-max(total_bytes, 1) // AUTO_TASKS)
+    return min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, -(-per_task // MIB) * MIB))
+
+
 @dataclass
 class Plan:
     tasks: list[Task]
     files: list[dict]
     skipped_files: list[dict] = field(default_factory=list)
+    split_bytes: int = 0  # the task size used (set or auto)
 
     def fingerprint(self) -> str:
         blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True).encode()
@@ -64,9 +84,8 @@ def _piece_bytes(piece: Piece, size: int, n_pieces: int) -> int:
 def plan_tasks(config: PrepareConfig) -> Plan:
     """Tasks for the configured inputs. Raises ``InputError`` for inputs that cannot be used."""
     urls = fs.expand_inputs(config.inputs)
-    files: list[dict] = []
+    usable: list[tuple[str, int, str]] = []
     skipped: list[dict] = []
-    pieces: list[tuple[Piece, int]] = []
     for url in urls:
         try:
             size = fs.file_size(url)
@@ -85,8 +104,14 @@ def plan_tasks(config: PrepareConfig) -> Plan:
             skipped.append({"path": url, "reason": "binary", "detail": reason})
             continue
         fmt = detect_format(url) if config.input_format == "auto" else config.input_format
+        usable.append((url, size, fmt))
+
+    split_bytes = config.split_bytes or auto_split_bytes(sum(size for _, size, _ in usable))
+    files: list[dict] = []
+    pieces: list[tuple[Piece, int]] = []
+    for url, size, fmt in usable:
         # reference mode reads each file whole, like the reference script
-        file_pieces = split_file(url, fmt, size, size if config.reference else config.split_bytes)
+        file_pieces = split_file(url, fmt, size, size if config.reference else split_bytes)
         files.append({"path": url, "bytes": size, "format": fmt, "pieces": len(file_pieces)})
         for p in file_pieces:
             pieces.append((p, _piece_bytes(p, size, len(file_pieces))))
@@ -107,7 +132,7 @@ def plan_tasks(config: PrepareConfig) -> Plan:
             group, group_bytes = [piece], nbytes
             flush()
             continue
-        if group and group_bytes + nbytes > config.split_bytes:
+        if group and group_bytes + nbytes > split_bytes:
             flush()
         group.append(piece)
         group_bytes += nbytes
@@ -115,4 +140,4 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     if not tasks:
         detail = ", ".join(f"{s['path']} ({s.get('detail', s['reason'])})" for s in skipped)
         raise InputError("no usable input: every input file was skipped: " + detail)
-    return Plan(tasks=tasks, files=files, skipped_files=skipped)
+    return Plan(tasks=tasks, files=files, skipped_files=skipped, split_bytes=split_bytes)
