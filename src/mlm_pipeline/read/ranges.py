@@ -29,11 +29,12 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-from itertools import islice
-from typing import BinaryIO, Iterator
+from itertools import chain, islice
+from typing import BinaryIO, Callable, Iterator
 
 from mlm_pipeline import fs
 from mlm_pipeline.read.base import InputError, Piece, compression_of
+from mlm_pipeline.stats import ReadStats
 
 CHUNK_BYTES = 1 << 20
 """Read size for text-like inputs (one ``read`` + one ``split`` per chunk)."""
@@ -405,6 +406,66 @@ def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
     return LineReader(
         stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=chunk_size_for(piece)
     )
+
+
+class OwnedLines:
+    """The lines a text or WikiExtractor piece owns, and the bytes of its span.
+
+    Both readers follow the same ownership rules (see the module docstring) and differ only in
+    their boundary line, ``is_boundary(line, too_long)``: a blank line, a ``<doc`` line.
+    Iterating starts at the first boundary when ``piece.start > 0``; the reader stops at the
+    first boundary for which ``ends_at(start)``. Use as a context manager: on exit, also after
+    an error or an early close, the span is added to ``stats.bytes_read`` and the stream closed.
+    """
+
+    def __init__(
+        self,
+        piece: Piece,
+        max_line_bytes: int,
+        is_boundary: Callable[[bytes, bool], bool],
+        stats: ReadStats,
+    ) -> None:
+        self._stream = open_piece(piece)
+        self._lines = piece_lines(self._stream, piece, max_line_bytes)
+        self._piece = piece
+        self._is_boundary = is_boundary
+        self._stats = stats
+        self._span_start = 0
+        self._span_end: int | None = None
+
+    @property
+    def bom(self) -> int:
+        return self._lines.bom
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
+        lines = self._lines
+        it = iter(lines)
+        if self._piece.start == 0:
+            return it
+        for first in it:
+            if self._is_boundary(first[1], first[2]):
+                break
+        else:
+            self._span_start = self._span_end = lines.pos
+            return iter(())
+        self._span_start = first[0]
+        return chain([first], it)
+
+    def ends_at(self, start: int) -> bool:
+        """Whether a boundary line starting at ``start`` is past the range; the span ends there."""
+        end = self._piece.end
+        if end is not None and start >= end:
+            self._span_end = start
+            return True
+        return False
+
+    def __enter__(self) -> OwnedLines:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        span_end = self._lines.pos if self._span_end is None else self._span_end
+        self._stats.bytes_read += consumed_bytes(self._stream, span_end) - self._span_start
+        self._stream.close()
 
 
 def chunk_size_for(piece: Piece) -> int:

@@ -7,17 +7,10 @@ blank lines are only separators. Which documents a byte range owns: see ``ranges
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Iterator
 
 from mlm_pipeline.read.base import Piece, ReadOptions
-from mlm_pipeline.read.ranges import (
-    consumed_bytes,
-    decode,
-    is_blank,
-    open_piece,
-    piece_lines,
-)
+from mlm_pipeline.read.ranges import OwnedLines, decode, is_blank
 from mlm_pipeline.stats import ReadStats
 
 
@@ -80,43 +73,21 @@ def decode_document(
 
 def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
     """Documents owned by ``piece`` of a text-format file, each a list of stripped lines."""
-    end = piece.end
-    stream = open_piece(piece)
-    lines = piece_lines(stream, piece, options.max_line_bytes)
-    span_start = 0
-    span_end = None
-    try:
-        it = iter(lines)
-        if piece.start > 0:
-            # lines before the first blank line belong to a document owned by an earlier range
-            for first in it:
-                if is_blank(first[1], first[2]):
-                    break
-            else:
-                span_start = span_end = lines.pos
-                return
-            span_start = first[0]
-            it = chain([first], it)
+    with OwnedLines(piece, options.max_line_bytes, is_blank, stats) as owned:
         doc = DocumentBuffer()
         limit = options.max_document_bytes
-        for start, line, too_long in it:
+        for start, line, too_long in owned:
             if is_blank(line, too_long):
                 if doc.lines:
-                    yield from _emit(doc.take(), piece, options, stats, lines.bom)
-                if end is not None and start >= end:
-                    span_end = start
+                    yield from _emit(doc.take(), piece, options, stats, owned.bom)
+                if owned.ends_at(start):
                     return
                 continue
             if doc.lines and doc.size + len(line) > limit:
-                yield from _emit(doc.take(), piece, options, stats, lines.bom)
+                yield from _emit(doc.take(), piece, options, stats, owned.bom)
             doc.add(start, line, too_long)
         if doc.lines:
-            yield from _emit(doc.take(), piece, options, stats, lines.bom)
-    finally:
-        if span_end is None:
-            span_end = lines.pos
-        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
-        stream.close()
+            yield from _emit(doc.take(), piece, options, stats, owned.bom)
 
 
 def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:

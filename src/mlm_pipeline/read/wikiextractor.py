@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import html
 import re
-from itertools import chain
 from typing import Iterator
 
 from mlm_pipeline.read.base import Piece, ReadOptions
-from mlm_pipeline.read.ranges import (
-    consumed_bytes,
-    is_blank,
-    open_piece,
-    piece_lines,
-)
+from mlm_pipeline.read.ranges import OwnedLines, is_blank
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.read.text import DocumentBuffer, decode_document
 from mlm_pipeline.stats import ReadStats
@@ -32,6 +26,10 @@ _TITLE = re.compile(rb'\stitle="([^"]*)"')
 
 def is_doc_start(line: bytes) -> bool:
     return line.startswith(b"<doc ") or line.startswith(b"<doc>")
+
+
+def _doc_boundary(line: bytes, too_long: bool) -> bool:
+    return is_doc_start(line)  # an over-long line keeps enough of its head to tell
 
 
 def _title(header: bytes) -> str | None:
@@ -49,46 +47,29 @@ def read_wikiextractor(
 def _paragraph_docs(
     piece: Piece, options: ReadOptions, stats: ReadStats
 ) -> Iterator[tuple[list[str], bool]]:
-    end = piece.end
-    stream = open_piece(piece)
-    lines = piece_lines(stream, piece, options.max_line_bytes)
-    span_start = 0
-    span_end = None
-    try:
-        it = iter(lines)
-        if piece.start > 0:
-            # everything before the first <doc line belongs to an earlier range
-            for first in it:
-                if is_doc_start(first[1]):
-                    break
-            else:
-                span_start = span_end = lines.pos
-                return
-            span_start = first[0]
-            it = chain([first], it)
+    with OwnedLines(piece, options.max_line_bytes, _doc_boundary, stats) as owned:
         doc = DocumentBuffer()
         title: str | None = None
         inside = False
         in_stray = False
         first_part = True
         limit = options.max_document_bytes
-        for start, line, too_long in it:
+        for start, line, too_long in owned:
             if is_doc_start(line):
                 if inside:  # the previous block had no </doc>
-                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
-                if end is not None and start >= end:
-                    span_end = start
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, owned)
+                if owned.ends_at(start):
                     return
                 inside, in_stray, first_part = True, False, True
                 title = _title(line)
                 continue
             if inside:
                 if not too_long and line.strip() == b"</doc>":
-                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, owned)
                     inside = False
                     continue
                 if doc.lines and doc.size + len(line) > limit:
-                    yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
+                    yield from _emit(doc.take(), title, first_part, piece, options, stats, owned)
                     first_part = False
                 doc.add(start, line, too_long)
             elif is_blank(line, too_long):
@@ -97,23 +78,18 @@ def _paragraph_docs(
                 stats.skip("outside_doc")
                 in_stray = True
         if inside:
-            yield from _emit(doc.take(), title, first_part, piece, options, stats, lines)
-    finally:
-        if span_end is None:
-            span_end = lines.pos
-        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
-        stream.close()
+            yield from _emit(doc.take(), title, first_part, piece, options, stats, owned)
 
 
 def _emit(
-    taken, title, first_part, piece, options, stats, lines
+    taken, title, first_part, piece, options, stats, owned
 ) -> Iterator[tuple[list[str], bool]]:
     raw_lines, start, too_long = taken
     if not raw_lines:
         stats.skip("empty")
         return
     decoded = decode_document(
-        raw_lines, start, too_long, piece=piece, options=options, stats=stats, bom=lines.bom
+        raw_lines, start, too_long, piece=piece, options=options, stats=stats, bom=owned.bom
     )
     if decoded is None:
         return
