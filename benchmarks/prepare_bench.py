@@ -30,10 +30,10 @@ Variants (``--variants``, comma-separated):
              batched tokenize -> group into 128-token blocks -> ``DataCollatorForLanguageModeling``
 
 Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at
-least one 4 MB block and at most the default 64 MB), so the one-worker and two-worker runs do the
-same work. Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs
+least one 4 MB block and at most 64 MB), so the one-worker and two-worker runs do the same work.
+Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs
 (``--big-repeats`` rounds): peak RSS must not grow with the input (compared with one tf-d1 run at
-the first size with default settings, since its small tasks hold a single block), and the
+the first size as a single task of several blocks, since its small tasks hold one block), and the
 two-worker speed-up is only meaningful once the input dwarfs the pool's start-up (interpreter
 start, imports and tokenizer load in each spawned worker, about a second). ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and
 reports the bytes that process read (the planner must not read the data).
@@ -65,7 +65,7 @@ DEFAULT_SOURCE = REPO / "sample" / "wikitext2-train-1MB.txt"
 DEFAULT_VOCAB = REPO / "sample" / "bert-base-uncased-vocab.txt"
 RESULT_TAG = "BENCH_RESULT "
 BLOCK_BYTES = 4 << 20  # prepare's default --block-size
-DEFAULT_SPLIT_BYTES = 64 << 20  # prepare's default --split-size
+MAX_SPLIT_BYTES = 64 << 20  # the largest task --split-size auto makes
 
 PREPARE_VARIANTS = {
     "tf-d1": {"format": "tfrecord", "dupe_factor": 1},
@@ -462,16 +462,18 @@ def hf_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("datasets", "transformers", "torch"))
 
 
-def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, default_split: bool = False) -> dict:
+def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, whole_split: bool = False) -> dict:
     base = {"input": str(inp), "vocab": str(args.vocab), "seq": args.max_seq_length}
     if variant in ("raw", "raw-x2"):
         return {**base, "kind": variant, "batch_lines": args.batch_lines}
     if variant == "hf":
         return {**base, "kind": "hf", "output": str(work / "hf-cache")}
     config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS[variant]}
-    if not default_split:
-        # --tasks equal tasks, each at least one whole block and at most the default split size
-        config["split_bytes"] = max(BLOCK_BYTES, min(DEFAULT_SPLIT_BYTES, math.ceil(size / args.tasks)))
+    if whole_split:  # one task of up to 64 MB: several whole blocks
+        config["split_bytes"] = MAX_SPLIT_BYTES
+    else:
+        # --tasks equal tasks, each at least one whole block and at most 64 MB
+        config["split_bytes"] = max(BLOCK_BYTES, min(MAX_SPLIT_BYTES, math.ceil(size / args.tasks)))
     return {**base, "kind": "prepare", "output": str(work / f"out-{variant}"), "config": config}
 
 
@@ -650,19 +652,19 @@ def main(argv: list[str] | None = None) -> int:
             summary = summarize(rounds, size)
             result["sizes"][label] = {"bytes": size, "rounds": rounds, **summary}
             if si == 0 and len(sizes) > 1 and "tf-d1" in variants:
-                res = run_variant(spec_for("tf-d1", inp, size, args, work, default_split=True), args.timeout, pycache)
-                result["sizes"][label]["default_settings_run"] = res
-                print(f"  [{label}] tf-d1 with default settings (one {fmt_size(size)} task): peak RSS "
+                res = run_variant(spec_for("tf-d1", inp, size, args, work, whole_split=True), args.timeout, pycache)
+                result["sizes"][label]["one_task_run"] = res
+                print(f"  [{label}] tf-d1 as one {fmt_size(size)} task (--split-size 64MB): peak RSS "
                       f"{res['self_peak_rss_mb']:.0f} MB")
             print_summary(f"{label} input ({size:,} bytes), {repeats} round(s), medians", summary)
             inp.unlink()
         if len(sizes) > 1 and "tf-d1" in variants:
-            # Peak RSS against input size, like for like: tasks of several blocks, as with the
-            # default --split-size (the first size's tf-d1 tasks are single blocks, so it gets a
-            # run with default settings; later sizes' tasks are min(64 MB, size / --tasks)).
+            # Peak RSS against input size, like for like: tasks of several 4 MB blocks (the first
+            # size's tf-d1 tasks are single blocks, so it gets a run as one task of up to 64 MB;
+            # later sizes' tasks are min(64 MB, size / --tasks)).
             first = next(iter(result["sizes"]))
             rss = {k: v["variants"]["tf-d1"]["peak_rss_mb"] for k, v in result["sizes"].items()}
-            rss[first] = result["sizes"][first]["default_settings_run"]["self_peak_rss_mb"]
+            rss[first] = result["sizes"][first]["one_task_run"]["self_peak_rss_mb"]
             lo, hi = min(rss.values()), max(rss.values())
             result["rss_flatness"] = {"tf-d1_peak_rss_mb": rss, "max_over_min": hi / lo if lo else None}
             print("\npeak RSS of one worker (tf-d1, tasks of several blocks) by input size: "
