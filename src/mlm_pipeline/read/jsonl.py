@@ -16,7 +16,7 @@ import re
 from typing import Iterator
 
 from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import consumed_bytes, decode, open_piece, piece_lines
+from mlm_pipeline.read.ranges import OwnedLines, decode
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
 
@@ -31,20 +31,12 @@ def read_jsonl(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator
 def _paragraph_docs(
     piece: Piece, options: ReadOptions, stats: ReadStats
 ) -> Iterator[tuple[list[str], bool]]:
-    end = piece.end
     field = options.text_field
     policy = options.on_decode_error
     compressed = piece.compression is not None
-    stream = open_piece(piece)
-    lines = piece_lines(stream, piece, options.max_line_bytes)
-    span_start = None
-    span_end = None
-    try:
-        for start, line, too_long in lines:
-            if span_start is None:
-                span_start = 0 if piece.start == 0 else start
-            if end is not None and start >= end:
-                span_end = start
+    with OwnedLines(piece, options.max_line_bytes, _every_line, stats) as owned:
+        for start, line, too_long in owned:
+            if owned.ends_at(start):
                 return
             if too_long:
                 if line:
@@ -55,7 +47,7 @@ def _paragraph_docs(
             if b"\x00" in line:
                 stats.skip("binary")
                 continue
-            offset = start + (lines.bom if start == 0 else 0)
+            offset = start + (owned.bom if start == 0 else 0)
             text, replaced = decode(
                 line, policy=policy, url=piece.url, offset=offset, compressed=compressed
             )
@@ -85,13 +77,11 @@ def _paragraph_docs(
                 stats.skip("empty")
                 continue
             yield paragraphs, replaced
-    finally:
-        if span_start is None:
-            span_start = 0 if piece.start == 0 else lines.pos
-        if span_end is None:
-            span_end = lines.pos
-        stats.bytes_read += consumed_bytes(stream, span_end) - span_start
-        stream.close()
+
+
+def _every_line(line: bytes, too_long: bool) -> bool:
+    """In JSON lines every line starts a record, so every line is a boundary."""
+    return True
 
 
 def _check_surrogates(value: str, policy: str, url: str, offset: int) -> tuple[str | None, bool]:

@@ -409,10 +409,10 @@ def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
 
 
 class OwnedLines:
-    """The lines a text or WikiExtractor piece owns, and the bytes of its span.
+    """The lines a text, WikiExtractor or JSONL piece owns, and the bytes of its span.
 
-    Both readers follow the same ownership rules (see the module docstring) and differ only in
-    their boundary line, ``is_boundary(line, too_long)``: a blank line, a ``<doc`` line.
+    These readers follow the same ownership rules (see the module docstring) and differ only in
+    their boundary line, ``is_boundary(line, too_long)``: a blank line, a ``<doc`` line, any line.
     Iterating starts at the first boundary when ``piece.start > 0``; the reader stops at the
     first boundary for which ``ends_at(start)``. Use as a context manager: on exit, also after
     an error or an early close, the span is added to ``stats.bytes_read`` and the stream closed.
