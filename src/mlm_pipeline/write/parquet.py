@@ -102,8 +102,6 @@ WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": False, "write_statisti
 class ParquetShardWriter:
     """Appends blocks as row groups to one Parquet file (an open binary file; not closed here)."""
 
-    extension = "parquet"
-
     def __init__(self, f: BinaryIO, **_: object):
         self._writer = pq.ParquetWriter(f, SCHEMA, **WRITE_OPTIONS)
 
