@@ -95,6 +95,21 @@ def test_texts_with_control_or_added_tokens_take_the_full_route(tok):
     assert normalised == ["plain text", "tab\tok"]
 
 
+def test_added_tokens_are_checked_in_any_case(tmp_path, tok):
+    """A lower-case added token ("<mask>") is matched in the raw text only: "<MASK>" must not
+    become it after lower-casing in Python."""
+    from tokenizers import Tokenizer
+
+    custom = Tokenizer.from_str(tok.tokenizer.to_str())
+    custom.add_special_tokens(["<mask>"])
+    custom.save(str(tmp_path / "tokenizer.json"))
+    cased_token = TextTokenizer(str(tmp_path / "tokenizer.json"))
+    assert cased_token._ascii is not None and cased_token._ascii.lowercase
+    texts = ["<MASK> upper", "<mask> lower", "x<Mask>y", "plain words"]
+    assert encoded_ids(cased_token, texts) == plain_ids(cased_token, texts)
+    assert cased_token._ascii.split(texts)[0] == [3]
+
+
 def test_batches_larger_than_one_tokenizer_call(tok):
     from mlm_pipeline import tokenize
 

@@ -88,9 +88,9 @@ def _continuation_table(tok: Tokenizer) -> np.ndarray:
     return table
 
 
-# ASCII control characters BertNormalizer(clean_text=True) deletes (\t, \n, \r become spaces,
-# which the BERT pre-tokenizer splits on anyway).
-_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
+# The ASCII bytes BertNormalizer keeps as they are (up to case): printable ones, and \t \n \r
+# (made spaces, which the BERT pre-tokenizer splits on anyway). It deletes the other controls.
+_PLAIN_ASCII = bytes(range(0x20, 0x7F)) + b"\t\n\r"
 
 
 class _AsciiPath:
@@ -111,8 +111,15 @@ class _AsciiPath:
         self.tokenizer = Tokenizer.from_str(tok.to_str())
         self.tokenizer.normalizer = None
         self.lowercase = bool(normalizer.lowercase)
-        added = sorted({t.content.lower() for t in tok.get_added_tokens_decoder().values() if t.content})
-        self._unsafe = re.compile("|".join([f"[{_CONTROL}]", *map(re.escape, added)]), re.IGNORECASE)
+        added = sorted({t.content.lower().encode() for t in tok.get_added_tokens_decoder().values() if t.content})
+        # searched in lower-cased bytes (a literal alternation: ~50x faster than IGNORECASE)
+        self._added = re.compile(b"|".join(map(re.escape, added))) if added else None
+
+    def _unsafe(self, data: bytes) -> bool:
+        """Whether ASCII ``data`` holds a control character or an added token's string."""
+        if data.translate(None, _PLAIN_ASCII):
+            return True
+        return self._added is not None and self._added.search(data.lower()) is not None
 
     @classmethod
     def for_tokenizer(cls, tok: Tokenizer) -> "_AsciiPath | None":
@@ -125,9 +132,8 @@ class _AsciiPath:
         if not take:
             return [], []
         chosen = [texts[i] for i in take]
-        if self._unsafe.search("\n".join(chosen)):  # rare: sort it out text by text
-            search = self._unsafe.search
-            keep = [k for k, t in enumerate(chosen) if not search(t)]
+        if self._unsafe("\n".join(chosen).encode("ascii")):  # rare: sort it out text by text
+            keep = [k for k, t in enumerate(chosen) if not self._unsafe(t.encode("ascii"))]
             take = [take[k] for k in keep]
             chosen = [chosen[k] for k in keep]
         if self.lowercase:
