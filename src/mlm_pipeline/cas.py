@@ -44,7 +44,7 @@ import json
 import os
 import threading
 import uuid
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from mlm_pipeline import fs
 
@@ -74,30 +74,26 @@ class ConditionalStore:
 # S3
 
 
+def _s3_errors(exc: BaseException) -> Iterator[tuple[str, int | None]]:
+    """(error code, HTTP status) of the botocore responses in ``exc`` and what it wraps."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            yield str(response.get("Error", {}).get("Code", "")), response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
 def _s3_lost(exc: BaseException) -> bool:
     """Whether an s3fs/botocore error means "the condition did not hold" (another writer won)."""
     if isinstance(exc, FileExistsError):
         return True
-    for e in (exc, exc.__cause__, exc.__context__):
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            code = str(response.get("Error", {}).get("Code", ""))
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409") or status in (409, 412):
-                return True
-    return False
+    return any(code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409") or status in (409, 412)
+               for code, status in _s3_errors(exc))
 
 
 def _s3_missing(exc: BaseException) -> bool:
     if isinstance(exc, FileNotFoundError):
         return True
-    for e in (exc, exc.__cause__, exc.__context__):
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            code = str(response.get("Error", {}).get("Code", ""))
-            if code in ("NoSuchKey", "404", "NotFound"):
-                return True
-    return False
+    return any(code in ("NoSuchKey", "404", "NotFound") for code, _ in _s3_errors(exc))
 
 
 class S3Store(ConditionalStore):
