@@ -121,6 +121,18 @@ class S3Server:
             token = page["NextContinuationToken"]
 
 
+@contextlib.contextmanager
+def _running_s3(cmd: list[str], server: S3Server, **popen):
+    """Run ``cmd`` (its output to ``server.log``) until ``server`` answers; stop it on exit."""
+    with open(server.log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen)
+    try:
+        _wait_s3(server, proc)
+        yield server
+    finally:
+        stop_process(proc)
+
+
 def _wait_s3(server: S3Server, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     c = server.client()
     deadline = time.time() + timeout
@@ -153,14 +165,8 @@ def seaweedfs(tmp_path_factory):
         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
     ]
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
-    server = S3Server("seaweedfs", f"http://127.0.0.1:{s3}", "mlm-test", log)
-    try:
-        _wait_s3(server, proc)
+    with _running_s3(cmd, S3Server("seaweedfs", f"http://127.0.0.1:{s3}", "mlm-test", log), env=env, cwd=d) as server:
         yield server
-    finally:
-        stop_process(proc)
 
 
 @pytest.fixture(scope="session")
@@ -168,16 +174,9 @@ def moto_s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 with one bucket."""
     d = tmp_path_factory.mktemp("moto")
     (port,) = free_ports(1)
-    log = d / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    server = S3Server("moto", f"http://127.0.0.1:{port}", "mlm-test", log)
-    try:
-        _wait_s3(server, proc)
+    server = S3Server("moto", f"http://127.0.0.1:{port}", "mlm-test", d / "moto.log")
+    with _running_s3([_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], server) as server:
         yield server
-    finally:
-        stop_process(proc)
 
 
 @dataclass
