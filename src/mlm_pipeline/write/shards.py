@@ -71,20 +71,20 @@ class TFRecordShardWriter:
         pass
 
 
-EXTENSIONS = {"tfrecord": "tfrecord", "parquet": "parquet"}
-
-
 def writer_class(fmt: str) -> type:
     """The shard writer of a format; pyarrow is imported only for Parquet (~0.4 s per process)."""
     if fmt == "parquet":
         from mlm_pipeline.write.parquet import ParquetShardWriter
 
         return ParquetShardWriter
-    return TFRecordShardWriter
+    if fmt == "tfrecord":
+        return TFRecordShardWriter
+    raise ValueError(f"unknown output format {fmt!r}")
 
 
 def shard_name(task_id: str, k: int, fmt: str) -> str:
-    return f"part-{task_id}-{k:05d}.{EXTENSIONS[fmt]}"
+    """A shard's file name; each output format's name is also its file extension."""
+    return f"part-{task_id}-{k:05d}.{fmt}"
 
 
 def commit_file(local_tmp: str, dest_url: str) -> None:
