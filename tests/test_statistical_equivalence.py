@@ -9,9 +9,6 @@ mask split moves the [MASK] share by 10 points).
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import numpy as np
 import pytest
 
@@ -19,19 +16,16 @@ from conftest import GOLDEN, SAMPLE, VOCAB
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.pipeline import run_prepare
-from mlm_pipeline.write.parquet import read_parquet
+from mlm_pipeline.formats.parquet import read_parquet
+
+from instances import golden_tools
 
 CASES = ["wikitext2-train-1MB-d2", "wikitext2-train-1MB-wwm-s512-d1", "sample_text-d10"]
 
 
 def load_golden(name: str) -> tuple[dict, InstanceBatch]:
-    settings = json.loads((GOLDEN / f"{name}.json").read_text())
-    cols: dict[str, list] = {}
-    with gzip.open(GOLDEN / f"{name}.jsonl.gz", "rt") as f:
-        for line in f:
-            for k, v in json.loads(line).items():
-                cols.setdefault(k, []).append(v)
-    return settings, InstanceBatch.from_padded({k: np.array(v) for k, v in cols.items()})
+    settings, features = golden_tools.load_golden(GOLDEN, name)
+    return settings, InstanceBatch.from_padded(features)
 
 
 def run_default(settings: dict, tmp_path, seed: int) -> InstanceBatch:

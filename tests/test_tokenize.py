@@ -1,10 +1,11 @@
-"""``TextTokenizer.encode_batch``: the ids of the plain tokenizer, whichever route a text takes.
+"""``TextTokenizer.encode_batch``: the ids of the plain tokenizer, whichever backend and route.
 
-Plain-ASCII texts skip the Rust ``BertNormalizer`` (lower-cased in Python instead, see
-``tokenize._AsciiPath``); these tests compare every text's ids with what the unmodified
-tokenizer gives for it, on the bundled real corpora and on generated text aimed at the cases
-where the two routes could part: control characters, added-token strings in any case, non-ASCII
-text interleaved with ASCII, over-long words.
+Every test runs with each backend (HF, and the fast one). With HF, plain-ASCII texts skip the
+Rust ``BertNormalizer`` (lower-cased in Python instead, see ``backends.hf.AsciiPath``). These
+tests compare every text's ids with what the unmodified HF tokenizer gives for it, on the
+bundled real corpora and on generated text aimed at the cases where routes or backends could
+part: control characters, added-token strings in any case, non-ASCII text interleaved with
+ASCII, over-long words.
 """
 
 from __future__ import annotations
@@ -16,6 +17,16 @@ from hypothesis import strategies as st
 
 from conftest import DATA, SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
+
+BACKENDS = ["hf", "nanotoken"]
+
+
+@pytest.fixture(params=BACKENDS)
+def tok(request):
+    """The bert-base-uncased tokenizer with each backend (it must really be that backend)."""
+    loaded = load_tokenizer(str(VOCAB), True, backend=request.param)
+    assert loaded.encoder.name == request.param
+    return loaded
 
 
 def plain_ids(tok: TextTokenizer, texts: list[str]) -> list[list[int]]:
@@ -37,7 +48,7 @@ def lines_of(path, limit: int | None = None) -> list[str]:
 
 
 def fast_share(tok: TextTokenizer, texts: list[str]) -> float:
-    take, _ = tok._ascii.split(texts)
+    take, _ = tok.reference._ascii.split(texts)
     return len(take) / len(texts)
 
 
@@ -57,9 +68,11 @@ def test_real_corpora_give_the_plain_tokenizers_ids(tok, path, min_fast, max_fas
     assert encoded_ids(tok, texts) == plain_ids(tok, texts)
 
 
-def test_cased_vocabulary_skips_lower_casing():
-    cased = TextTokenizer(str(VOCAB), do_lower_case=False)
-    assert cased._ascii is not None and not cased._ascii.lowercase
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cased_vocabulary_skips_lower_casing(backend):
+    cased = TextTokenizer(str(VOCAB), do_lower_case=False, backend=backend)
+    assert cased.encoder.name == backend
+    assert cased.reference._ascii is not None and not cased.reference._ascii.lowercase
     texts = lines_of(WIKITEXT, 2000) + ["Hello World", "HELLO", "[MASK] x [mask]"]
     assert encoded_ids(cased, texts) == plain_ids(cased, texts)
 
@@ -90,24 +103,26 @@ def test_edge_cases_in_any_order(tok):
 
 def test_texts_with_control_or_added_tokens_take_the_full_route(tok):
     texts = ["plain text", "[MASK] here", "[mask] here", "ctrl\x01", "tab\tok", "caf\u00e9"]
-    take, normalised = tok._ascii.split(texts)
+    take, normalised = tok.reference._ascii.split(texts)
     assert take == [0, 4]
     assert normalised == ["plain text", "tab\tok"]
 
 
-def test_added_tokens_are_checked_in_any_case(tmp_path, tok):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_added_tokens_are_checked_in_any_case(tmp_path, backend):
     """A lower-case added token ("<mask>") is matched in the raw text only: "<MASK>" must not
     become it after lower-casing in Python."""
     from tokenizers import Tokenizer
 
-    custom = Tokenizer.from_str(tok.tokenizer.to_str())
+    custom = Tokenizer.from_str(load_tokenizer(str(VOCAB)).tokenizer.to_str())
     custom.add_special_tokens(["<mask>"])
     custom.save(str(tmp_path / "tokenizer.json"))
-    cased_token = TextTokenizer(str(tmp_path / "tokenizer.json"))
-    assert cased_token._ascii is not None and cased_token._ascii.lowercase
+    cased_token = TextTokenizer(str(tmp_path / "tokenizer.json"), backend=backend)
+    assert cased_token.encoder.name == backend
+    assert cased_token.reference._ascii is not None and cased_token.reference._ascii.lowercase
     texts = ["<MASK> upper", "<mask> lower", "x<Mask>y", "plain words"]
     assert encoded_ids(cased_token, texts) == plain_ids(cased_token, texts)
-    assert cased_token._ascii.split(texts)[0] == [3]
+    assert cased_token.reference._ascii.split(texts)[0] == [3]
 
 
 def test_batches_larger_than_one_tokenizer_call(tok):
@@ -126,7 +141,9 @@ def test_tokenizers_without_bert_normaliser_use_the_plain_route(tmp_path):
         vocab_size=1000, special_tokens=["<s>", "</s>", "<mask>", "<unk>"]))
     bpe.save(str(tmp_path / "tokenizer.json"))
     tok = TextTokenizer(str(tmp_path / "tokenizer.json"))
-    assert tok._ascii is None
+    assert tok.reference._ascii is None
+    # the fast backend is WordPiece-only: a BPE tokenizer falls back to HF, and says why
+    assert tok.encoder.name == "hf" and "nanotoken" in tok.backend_info["fallback_reason"]
     texts = lines_of(WIKITEXT, 300)
     assert encoded_ids(tok, texts) == plain_ids(tok, texts)
 
@@ -139,8 +156,13 @@ _PIECES = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(_PIECES, max_size=6).map("".join), max_size=12))
-def test_generated_text_gives_the_plain_tokenizers_ids(texts):
-    tok = load_tokenizer(str(VOCAB), True)
-    assert encoded_ids(tok, texts) == plain_ids(tok, texts)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generated_text_gives_the_plain_tokenizers_ids(backend):
+    tok = load_tokenizer(str(VOCAB), True, backend=backend)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.lists(_PIECES, max_size=6).map("".join), max_size=12))
+    def check(texts):
+        assert encoded_ids(tok, texts) == plain_ids(tok, texts)
+
+    check()

@@ -1,6 +1,6 @@
 """Conditional writes on small objects: create-if-absent and compare-and-swap, per storage backend.
 
-The claim mode's leases (:mod:`mlm_pipeline.claim`) and the write-once manifest need two
+The claim mode's leases (:mod:`mlm_pipeline.executors.leases`) and the write-once manifest need two
 primitives that plain fsspec does not offer portably:
 
 ``create(url, data) -> version | None``

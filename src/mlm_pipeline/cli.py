@@ -1,25 +1,55 @@
-"""Command line: ``mlm-pipeline prepare | inspect | report``.
+"""Command line: ``mlm-pipeline prepare | inspect | report | finalize | train | vocab``.
 
-Flag names follow google-research/bert's ``create_pretraining_data.py`` (with dashes) so a command
-line moves over almost unchanged. User errors print one clear message and exit 2; a failed task
-exits 1; Ctrl-C exits 130 and the next identical command resumes.
+``prepare`` is derived from the settings model (:mod:`mlm_pipeline.config`): one flag per field,
+with the field's help, choices, default and help panel, so a new setting is one field there.
+Its flag names follow google-research/bert's ``create_pretraining_data.py`` (with dashes), and
+Google's own spellings (``--max_seq_length=128``, ``--do_lower_case=True``, ``--input_file=a,b``)
+work as written. User errors print one clear message and exit 2; a failed task exits 1; Ctrl-C
+exits 130 and the next identical command resumes.
+
+Help text is escaped for rich, so ``[torch]`` or ``[CLS]`` show as written.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
-from enum import Enum
+from inspect import Parameter, Signature, getdoc
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Literal, Optional
 
 import typer
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
+from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
+from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, TaskFailed,
+                                 TokenizerError)
+
+
+class _PlainHelpSwitch:
+    """-h/--help shown as a plain switch (no ``<bool>``), as every switch here."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Command(_PlainHelpSwitch, TyperCommand):
+    pass
+
+
+class _Group(_PlainHelpSwitch, TyperGroup):
+    pass
+
 
 app = typer.Typer(
+    cls=_Group,
+    rich_markup_mode="rich",  # help text is escaped (see _command), so panels render and brackets show
     add_completion=False,
     no_args_is_help=True,
     help="Turn raw text corpora into masked-LM pretraining shards (BERT NSP + MLM), "
@@ -28,44 +58,14 @@ app = typer.Typer(
 )
 
 
-class InputFormat(str, Enum):
-    auto = "auto"
-    text = "text"
-    wikiextractor = "wikiextractor"
-    jsonl = "jsonl"
-    parquet = "parquet"
-
-
-class OutputFormat(str, Enum):
-    tfrecord = "tfrecord"
-    parquet = "parquet"
-
-
-class DecodePolicy(str, Enum):
-    replace = "replace"
-    skip = "skip"
-    fail = "fail"
-
-
-class Objective(str, Enum):
-    nsp = "nsp"
-    packed = "packed"
-    tokens = "tokens"
-
-
-class Masking(str, Enum):
-    static = "static"
-    none = "none"
-
-
-class Executor(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
 def _fail(message: str, code: int = 2) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def _command(function: Callable) -> Callable:
+    """``app.command`` with the docstring as help, escaped so rich shows ``[torch]`` as written."""
+    return app.command(cls=_Command, no_args_is_help=True, help=escape(getdoc(function) or ""))(function)
 
 
 def _version(value: bool) -> None:
@@ -76,8 +76,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log more detail (per-task timings, resume decisions)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", metavar="", help="Log more detail (per-task timings, resume decisions)."),
 ) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
@@ -86,182 +86,154 @@ def _main(
     logging.getLogger("mlm_pipeline").setLevel(logging.INFO)
 
 
-@app.command(no_args_is_help=True)
-def prepare(
-    ctx: typer.Context,
-    inputs: List[str] = typer.Argument(
-        ...,
-        help="Input files, directories (searched recursively; hidden files ignored) or glob patterns; "
-        "local paths or fsspec URLs (s3://bucket/prefix, gs://...). .gz/.bz2/.zst/.xz are decompressed.",
-        show_default=False,
-    ),
-    output: str = typer.Option(
-        ..., "--output", "-o",
-        help="Output directory or URL. Receives shards/part-TASK-NNNNN.{tfrecord,parquet}, "
-        "_tasks/ (completion markers), _run.json and manifest.json. Rerunning the same command into it "
-        "resumes; a different configuration is refused.",
-        show_default=False,
-    ),
-    tokenizer: str = typer.Option(
-        ..., "--tokenizer", "--vocab-file", "-t",
-        help="A WordPiece vocab.txt (Google BERT format), a tokenizer.json, or a local Hugging Face "
-        "model directory containing either. Truncation/padding stored in tokenizer.json are ignored.",
-        show_default=False,
-    ),
-    config_file: Optional[Path] = typer.Option(
-        None, "--config",
-        help="YAML or TOML file with any of these settings (keys as the flag names, dashes or underscores; "
-        "optionally under a [prepare] table). Flags given on the command line override it.",
-    ),
-    do_lower_case: bool = typer.Option(
-        True, "--do-lower-case/--no-do-lower-case",
-        help="Lower-case and strip accents before WordPiece (match the vocab: True for uncased models). "
-        "Only used with a vocab.txt; a tokenizer.json carries its own normaliser.",
-    ),
-    input_format: InputFormat = typer.Option(
-        InputFormat.auto, "--input-format",
-        help="text: one sentence per line, blank line between documents (Google's format). "
-        "wikiextractor: <doc ...> blocks, one paragraph per line, split into sentences. "
-        "jsonl / parquet: one document per record in --text-field, split into sentences. "
-        "auto: by extension, else by the first line.",
-    ),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the text in JSONL records / Parquet rows."),
-    max_seq_length: int = typer.Option(128, "--max-seq-length", help="Tokens per instance including [CLS] and two [SEP]."),
-    max_predictions_per_seq: int = typer.Option(20, "--max-predictions-per-seq", help="Most masked positions per instance (the width of masked_lm_* features)."),
-    masked_lm_prob: float = typer.Option(0.15, "--masked-lm-prob", help="Share of tokens masked: num_to_predict = min(max_predictions, max(1, round(len(tokens) * prob)))."),
-    dupe_factor: int = typer.Option(
-        1, "--dupe-factor",
-        help="Passes over the data, each with different instance cuts and masks. Default 1 here "
-        "(Google's script defaults to 10); raise it for static masking with more variety.",
-    ),
-    short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Probability that a document's target length is drawn uniformly from [2, max_seq_length-3]."),
-    random_seed: int = typer.Option(12345, "--random-seed", help="Global seed; each task derives its own from (seed, task id), so output never depends on worker count."),
-    do_whole_word_mask: bool = typer.Option(False, "--do-whole-word-mask/--no-do-whole-word-mask", help="Mask whole words (a token and its ## continuations) together; never part of a word."),
-    objective: Objective = typer.Option(
-        Objective.nsp, "--objective",
-        help="nsp: BERT sentence pairs with next-sentence labels (Google's algorithm). "
-        "packed: RoBERTa FULL-SENTENCES, whole sentences packed up to --max-seq-length across document "
-        "boundaries ([SEP] between documents), no NSP. tokens: the token stream cut into windows of "
-        "--max-seq-length, for masking at load time.",
-    ),
-    masking: Optional[Masking] = typer.Option(
-        None, "--masking",
-        help="static: mask now (--masked-lm-prob, 80/10/10, --do-whole-word-mask), as BERT's TFRecords. "
-        "none: leave masking to the training loader (mlm_pipeline.torch collator). "
-        "Default: static, except none for --objective tokens.",
-        show_default=False,
-    ),
-    reference: bool = typer.Option(
-        False, "--reference",
-        help="Reproduce create_pretraining_data.py exactly, per input file (same instances, order and masks "
-        "for the same flags and seed). One task per file, whole file in memory, slower. See the README.",
-    ),
-    fmt: OutputFormat = typer.Option(
-        OutputFormat.tfrecord, "--format",
-        help="tfrecord: tf.train.Example records with the exact features of BERT's run_pretraining.py, padded. "
-        "parquet: the same columns unpadded as list<int32> (masked_lm_weights list<float>), zstd-compressed.",
-    ),
-    workers: int = typer.Option(0, "--workers", "-j", help="Worker processes for the local executor (0 = all cores)."),
-    executor: Executor = typer.Option(Executor.local, "--executor", help="local: a process pool on this machine. ray: Ray tasks on a cluster (see --ray-address)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address: 'auto' on a cluster node, host:6379, or ray://host:10001 (Ray Client). Without it: RAY_ADDRESS (set by `ray job submit`), else a private local Ray instance with --workers CPUs."),
-    split_size: str = typer.Option("auto", "--split-size", help="Target input bytes per task: big uncompressed files are cut into ranges of this size on document boundaries; small files are grouped up to it. auto: the total input / 32, from 1MB to 64MB, so a small corpus still spreads over the workers."),
-    block_size: str = typer.Option("4MB", "--block-size", help="Text per processing block inside a task: bounds worker memory; random-next segments and the instance shuffle are drawn within a block."),
-    max_instances_per_shard: int = typer.Option(100_000, "--max-instances-per-shard", help="A task's output rolls over to a new shard file after this many instances."),
-    on_decode_error: DecodePolicy = typer.Option(
-        DecodePolicy.replace, "--on-decode-error",
-        help="Invalid UTF-8: replace (U+FFFD, document kept, counted), skip (document dropped, counted as invalid_utf8), or fail (stop with the file and offset).",
-    ),
-    max_line_bytes: str = typer.Option("1MB", "--max-line-bytes", help="Longer lines are not decoded; their document is skipped and counted as line_too_long (memory stays bounded)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="A progress bar on a terminal, periodic log lines otherwise."),
-    s3_endpoint_url: Optional[str] = typer.Option(
-        None, "--s3-endpoint-url",
-        help="Endpoint of an S3-compatible store, e.g. http://minio:9000 (sets AWS_ENDPOINT_URL, also on Ray "
-        "workers). Credentials come from the standard AWS chain (environment, ~/.aws, instance role) and are "
-        "never logged or written to the output.",
-    ),
-    task_rank: Optional[int] = typer.Option(
-        None, "--task-rank", min=0,
-        help="Array mode: this worker's rank in [0, --task-count); it runs the tasks whose index is rank mod "
-        "count, skipping completed ones. Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, or "
-        "JOB_COMPLETION_INDEX (Kubernetes Indexed Job).",
-        show_default=False,
-    ),
-    task_count: Optional[int] = typer.Option(
-        None, "--task-count", min=1,
-        help="Array mode: how many workers share the output (default: SLURM_ARRAY_TASK_COUNT; for a Kubernetes "
-        "Indexed Job give its completions). The first worker to see every task done writes manifest.json.",
-        show_default=False,
-    ),
-    claim: bool = typer.Option(
-        False, "--claim/--no-claim",
-        help="Claim mode: any number of identical workers share the output and take tasks through leases in "
-        "OUTPUT/_leases/ (conditional writes; a dead worker's task is taken over when its lease expires). "
-        "Each worker runs up to --workers tasks at a time and exits when every task is done; the first to see "
-        "them all done writes manifest.json. For autoscaling groups / managed instance groups.",
-    ),
-    lease_seconds: float = typer.Option(
-        120.0, "--lease-seconds", min=1.0,
-        help="Claim mode: a lease not renewed for this long is taken over (renewed every third of it).",
-    ),
-) -> None:
-    """Prepare masked-LM pretraining shards from raw text.
+# ---- prepare: its flags are built from the settings fields (mlm_pipeline.config) ----------------
 
-    Example: mlm-pipeline prepare corpus/ -o out/ -t vocab.txt --max-seq-length 128 --dupe-factor 5
+PREPARE_HELP = (
+    "Prepare masked-LM pretraining shards from raw text.\n\n"
+    "Example: mlm-pipeline prepare corpus/ -o out/ -t vocab.txt --max-seq-length 128 --dupe-factor 5\n\n"
+    "Scaling out (same bytes as a local run; see docs/cloud.md): --executor ray on a Ray cluster, "
+    "--task-count N for Slurm arrays and Kubernetes Indexed Jobs, --claim for any number of identical "
+    "machines sharing one s3:// or gs:// output."
+)
 
-    Scaling out (same bytes as a local run; see docs/cloud.md): --executor ray [--ray-address auto]
-    on a Ray cluster or as `ray job submit -- mlm-pipeline prepare ...`; --task-count N for Slurm
-    arrays / Kubernetes Indexed Jobs; --claim for any number of identical machines sharing one
-    s3:// or gs:// output.
-    """
-    from mlm_pipeline.config import ConfigError, build_config, load_config_file
-    from mlm_pipeline.executors.local import TaskFailed
-    from mlm_pipeline.pipeline import OutputError, run_prepare
-    from mlm_pipeline.read.base import InputError
+
+def _google_help(settings: tuple[Setting, ...]) -> str:
+    flags = [f"--{s.google}" + ("=a.txt,b.txt (comma list, globs)" if s.is_list else "=True" if s.value_type is bool else "")
+             for s in settings if s.google]
+    return f"Google's create_pretraining_data.py flags work as written: {', '.join(flags)}."
+
+
+def _parameter(s: Setting) -> Parameter:
+    """A typer parameter for one setting: its flags, type (choices from a Literal), help, panel
+    and the model's default (for display; only values the user gave reach the model)."""
+    panel = s.panel.capitalize()
+    if s.positional:
+        info = typer.Argument(None, help=escape(s.help + (" Required." if s.required else "")), metavar=s.metavar,
+                              show_default=False)
+        return Parameter(s.name, Parameter.KEYWORD_ONLY, default=info, annotation=Optional[List[str]])
+    decls = list(s.flags)
+    default = None if s.default is ... else s.default
+    if s.value_type is bool:
+        decls[0] = f"{decls[0]}/--no-{decls[0][2:]}"
+        annotation, metavar = bool, ""  # a plain switch: no <bool> value shown
+    else:
+        annotation = Optional[str if s.text else list[str] if s.is_list else s.value_type]
+        metavar = s.metavar
+        if s.registry_choices is not None:  # a registry's names, shown as typer shows a Literal's
+            metavar = "<" + "|".join(s.choices) + ">"
+    info = typer.Option(default, *decls, help=escape(s.help + (" Required." if s.required else "")), metavar=metavar,
+                        rich_help_panel=panel,
+                        show_default=default is not None)
+    return Parameter(s.name, Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
+    """Google's flags as create_pretraining_data.py takes them -> this command's flags:
+    ``--max_seq_length=128`` or ``--max_seq_length 128``, ``--do_lower_case[=True|False]`` and
+    absl's ``--nodo_lower_case``, ``--input_file=a.txt,b*.txt`` (a comma list of paths or globs)."""
+    google = {s.google: s for s in settings if s.google}
+    out: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            out += [arg, *rest]
+            break
+        s, value = _google_flag(arg, google)
+        if s is None:
+            out.append(arg)
+        elif s.value_type is bool:
+            if value is not None and value.strip().lower() not in _TRUE | _FALSE:
+                raise typer.BadParameter(f"{arg}: expected True or False")
+            on = value is None or value.strip().lower() in _TRUE
+            out.append(s.flags[0] if on else f"--no-{s.flags[0][2:]}")
+        else:
+            if value is None and (value := next(rest, None)) is None:
+                raise typer.BadParameter(f"{arg} needs a value")
+            values = [v for v in value.split(",") if v] if s.is_list else [value]
+            out += values if s.positional else [x for v in values for x in (s.flags[0], v)]
+    return out
+
+
+_TRUE, _FALSE = {"true", "t", "1", "yes", "y"}, {"false", "f", "0", "no", "n"}
+
+
+def _google_flag(arg: str, google: dict[str, Setting]) -> tuple[Setting | None, str | None]:
+    """(setting, value given with ``=``, else None) when ``arg`` is one of Google's flags."""
+    if not arg.startswith("--"):
+        return None, None
+    name, eq, value = arg[2:].partition("=")
+    if name in google:
+        return google[name], value if eq else None
+    negated = google.get(name[2:]) if name.startswith("no") and not eq else None
+    if negated is not None and negated.value_type is bool:
+        return negated, "false"
+    return None, None
+
+
+class PrepareCommand(_Command):
+    """``prepare``: takes Google's flags as written, translated before parsing."""
+
+    settings_model: type = PrepareConfig
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, native_args(list(args), settings_of(self.settings_model)))
+
+
+def prepare_values(model, given: dict, config_file: Path | None) -> dict:
+    """Field values from a config file, overridden by the flags given, scale-out completed
+    from the environment (Slurm / Kubernetes array variables)."""
+    from mlm_pipeline.executors.array import array_from_env
+
+    values = load_config_file(str(config_file), model) if config_file is not None else {}
+    values.update({k: list(v) if isinstance(v, tuple) else v for k, v in given.items()})
+    missing = [s for s in settings_of(model) if s.required and s.name not in values]
+    if missing:
+        names = ", ".join((s.metavar or s.name.upper()) if s.positional else "/".join(s.flags) for s in missing)
+        raise ConfigError(f"missing {names} (give them on the command line or in --config)")
+    # array mode's rank and count default to the scheduler's variables
+    if "task_rank" in model.model_fields and not values.get("claim"):
+        rank, count = array_from_env(values.get("task_rank"), values.get("task_count"))
+        values.update({k: v for k, v in (("task_rank", rank), ("task_count", count)) if v is not None})
+    return values
+
+
+def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
+                        action: Callable[[Any], None] | None = None) -> None:
+    """Register ``prepare`` on ``app`` with one flag per field of ``model``, grouped in help
+    panels; ``action`` receives the validated settings (default: run the pipeline)."""
+    settings = sorted(settings_of(model), key=lambda s: PANELS.index(s.panel))
+    action = action or _run_prepare
+
+    def prepare(ctx: typer.Context, config_file: Optional[Path], **values) -> None:
+        given = {k: v for k, v in values.items() if ctx.get_parameter_source(k).name != "DEFAULT"}
+        try:
+            config = build_config(prepare_values(model, given, config_file), model)
+        except (ConfigError, ValueError) as exc:
+            _fail(str(exc))
+        action(config)
+
+    config_option = typer.Option(
+        None, "--config", metavar="FILE", show_default=False,
+        help=escape("YAML or TOML file of settings, optionally under a [prepare] table; keys are the flag names "
+                    "(dashes or underscores) or Google's. Flags given here override it."))
+    prepare.__signature__ = Signature([
+        Parameter("ctx", Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        Parameter("config_file", Parameter.KEYWORD_ONLY, default=config_option, annotation=Optional[Path]),
+        *(_parameter(s) for s in settings),
+    ])
+    command_class = type("PrepareCommand", (PrepareCommand,), {"settings_model": model})
+    help_text = escape(PREPARE_HELP + "\n\n" + _google_help(settings_of(model)))
+    app.command("prepare", cls=command_class, help=help_text, no_args_is_help=True)(prepare)
+
+
+def _run_prepare(config) -> None:
+    """Run the pipeline for ``config`` and print its summary; user errors exit 2, a failed task 1."""
+    from mlm_pipeline.pipeline import run_prepare
     from mlm_pipeline.report import render_summary
-    from mlm_pipeline.tokenize import TokenizerError
 
-    if s3_endpoint_url:
-        os.environ["AWS_ENDPOINT_URL"] = s3_endpoint_url
-    try:
-        values = {
-            "inputs": list(inputs),
-            "output": output,
-            "tokenizer": tokenizer,
-            "do_lower_case": do_lower_case,
-            "input_format": input_format.value,
-            "text_field": text_field,
-            "max_seq_length": max_seq_length,
-            "max_predictions_per_seq": max_predictions_per_seq,
-            "masked_lm_prob": masked_lm_prob,
-            "dupe_factor": dupe_factor,
-            "short_seq_prob": short_seq_prob,
-            "random_seed": random_seed,
-            "do_whole_word_mask": do_whole_word_mask,
-            "objective": objective.value,
-            "masking": masking.value if masking else None,
-            "reference": reference,
-            "format": fmt.value,
-            "workers": workers,
-            "executor": executor.value,
-            "ray_address": ray_address,
-            "split_bytes": split_size,
-            "block_bytes": block_size,
-            "max_instances_per_shard": max_instances_per_shard,
-            "on_decode_error": on_decode_error.value,
-            "max_line_bytes": max_line_bytes,
-            "progress": progress,
-        }
-        values.update(_scale_out_values(s3_endpoint_url, task_rank, task_count, claim, lease_seconds))
-        if config_file is not None:
-            # file values fill in every setting not given on the command line
-            param_of = {"format": "fmt", "split_bytes": "split_size", "block_bytes": "block_size"}
-            for key, value in load_config_file(str(config_file)).items():
-                source = ctx.get_parameter_source(param_of.get(key, key))
-                if source is None or source.name == "DEFAULT":  # typer vendors its own click
-                    values[key] = [value] if key == "inputs" and isinstance(value, str) else value
-        config = build_config(values)
-    except (ConfigError, ValueError) as exc:
-        _fail(str(exc))
+    from mlm_pipeline.environment import configure_process
+
+    configure_process(config.s3_endpoint_url)
     try:
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
@@ -286,13 +258,7 @@ def prepare(
     typer.echo(render_summary(manifest, config.output))
 
 
-def _scale_out_values(s3_endpoint_url, task_rank, task_count, claim, lease_seconds) -> dict:
-    """Settings of the scale-out flags (array rank/count completed from Slurm / Kubernetes)."""
-    from mlm_pipeline.executors.array import array_from_env
-
-    rank, count = array_from_env(task_rank, task_count) if not claim else (task_rank, task_count)
-    return {"s3_endpoint_url": s3_endpoint_url, "task_rank": rank, "task_count": count, "claim": claim,
-            "lease_seconds": lease_seconds}
+add_prepare_command(app)
 
 
 def _echo_worker_summary(summary: dict) -> dict | None:
@@ -311,16 +277,16 @@ def _echo_worker_summary(summary: dict) -> dict | None:
     return None
 
 
-@app.command(no_args_is_help=True)
+@_command
 def inspect(
     path: str = typer.Argument(..., help="A shard file (.tfrecord or .parquet) or a prepared output directory (its first shard is shown)."),
     n: int = typer.Option(3, "-n", "--num", help="How many instances to show."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer to decode with (default: the one recorded in the output's _run.json)."),
-    do_lower_case: Optional[bool] = typer.Option(None, "--do-lower-case/--no-do-lower-case", help="Override the recorded lower-casing (vocab.txt only)."),
-    as_json: bool = typer.Option(False, "--json", help="Print instances as JSON lines (ids) instead of decoded text."),
+    do_lower_case: Optional[bool] = typer.Option(None, "--do-lower-case/--no-do-lower-case", metavar="", help="Override the recorded lower-casing (vocab.txt only)."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="Print instances as JSON lines (ids) instead of decoded text."),
 ) -> None:
     """Show instances decoded back to text, with [MASK] visible and the masked labels."""
-    from mlm_pipeline.inspect import InspectError, inspect_lines
+    from mlm_pipeline.inspect import inspect_lines
 
     try:
         for line in inspect_lines(path, n=n, tokenizer=tokenizer, do_lower_case=do_lower_case, as_json=as_json):
@@ -329,16 +295,18 @@ def inspect(
         _fail(str(exc))
 
 
-@app.command(no_args_is_help=True)
+@_command
 def report(
     output: str = typer.Argument(..., help="A prepared output directory or URL (reads its manifest.json)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the manifest totals as JSON."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="Print the manifest totals as JSON."),
 ) -> None:
     """Summarise a prepared output: counts, skips by reason, length and masking histograms."""
     from mlm_pipeline import fs
     from mlm_pipeline.report import render_report
 
-    url = fs.join(output, "manifest.json")
+    from mlm_pipeline.run.layout import manifest_url
+
+    url = manifest_url(output)
     try:
         manifest = json.loads(fs.read_bytes(url))
     except FileNotFoundError:
@@ -351,13 +319,7 @@ def report(
         typer.echo(render_report(manifest))
 
 
-class TrainMasking(str, Enum):
-    auto = "auto"
-    static = "static"
-    dynamic = "dynamic"
-
-
-@app.command(no_args_is_help=True)
+@_command
 def train(
     data_dir: str = typer.Argument(..., help="A prepared output directory or URL (with manifest.json): TFRecord or Parquet shards."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps to run (the data loops over epochs as needed)."),
@@ -366,12 +328,14 @@ def train(
     layers: int = typer.Option(2, "--layers", help="Transformer layers."),
     hidden: int = typer.Option(128, "--hidden", help="Hidden size (the feed-forward size is 4x)."),
     heads: int = typer.Option(2, "--heads", help="Attention heads (must divide --hidden)."),
-    masking: TrainMasking = typer.Option(
-        TrainMasking.auto, "--masking",
+    masking: Literal["auto", "static", "dynamic", "electra"] = typer.Option(
+        "auto", "--masking",
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
-        "15%, 80/10/10, seeded per (seed, epoch, instance). auto: static if the shards are masked, else dynamic.",
+        "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
+        "with replacement, 85% [MASK], 15% kept). auto: static if the shards are masked, else the objective's "
+        "(electra for --objective electra, else dynamic).",
     ),
-    whole_word_mask: bool = typer.Option(False, "--whole-word-mask/--no-whole-word-mask", help="Dynamic masking of whole words (word boundaries from the tokenizer)."),
+    whole_word_mask: bool = typer.Option(False, "--whole-word-mask/--no-whole-word-mask", metavar="", help="Dynamic masking of whole words (word boundaries from the tokenizer)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model initialisation, the data order and the dynamic masks."),
     output_dir: str = typer.Option("train-out", "--output-dir", "-o", help="Receives loss.csv (one row per step), summary.json, checkpoints/ (Lightning, resumable mid-epoch) and model/ (save_pretrained)."),
     num_workers: int = typer.Option(0, "--num-workers", help="DataLoader worker processes (0: load in the training process)."),
@@ -393,7 +357,7 @@ def train(
         _fail(f"training needs the torch extra (pip install 'mlm-pipeline[torch]'): {exc}")
     config = TrainConfig(
         data=data_dir, steps=steps, batch_size=batch_size, lr=lr, layers=layers, hidden=hidden, heads=heads,
-        masking=masking.value, whole_word_mask=whole_word_mask, seed=seed, output_dir=output_dir,
+        masking=masking, whole_word_mask=whole_word_mask, seed=seed, output_dir=output_dir,
         num_workers=num_workers, shuffle_buffer=shuffle_buffer, save_every=save_every, resume=resume,
         tokenizer=tokenizer, threads=threads,
     )
@@ -408,10 +372,10 @@ def train(
     )
 
 
-@app.command(no_args_is_help=True)
+@_command
 def finalize(
     output: str = typer.Argument(..., help="A prepared output directory or URL (s3://..., gs://...)."),
-    force: bool = typer.Option(False, "--force", help="Rewrite manifest.json even if it exists."),
+    force: bool = typer.Option(False, "--force", metavar="", help="Rewrite manifest.json even if it exists."),
     s3_endpoint_url: Optional[str] = typer.Option(None, "--s3-endpoint-url", help="Endpoint of an S3-compatible store."),
 ) -> None:
     """Write manifest.json from the markers of a complete run (array / claim workers do this themselves).
@@ -419,11 +383,11 @@ def finalize(
     Needs only the output: the settings and plan are in its _run.json and _plan.json. Exits 1 and
     lists the missing tasks if the run is not complete.
     """
-    from mlm_pipeline.finalize import IncompleteRun, finalize as finalize_output
+    from mlm_pipeline.environment import configure_process
     from mlm_pipeline.report import render_summary
+    from mlm_pipeline.run.manifest import finalize as finalize_output
 
-    if s3_endpoint_url:
-        os.environ["AWS_ENDPOINT_URL"] = s3_endpoint_url
+    configure_process(s3_endpoint_url)
     try:
         manifest, wrote = finalize_output(output, force=force)
     except IncompleteRun as exc:
@@ -433,6 +397,44 @@ def finalize(
     if not wrote:
         typer.echo("manifest.json already exists (use --force to rewrite it)")
     typer.echo(render_summary(manifest, output))
+
+
+@_command
+def vocab(
+    inputs: List[str] = typer.Argument(..., metavar="INPUT", help="Corpus files, directories or globs (every "
+                                       "format, compression and URL that prepare reads)."),
+    output: str = typer.Option(..., "--output", "-o", help="tokenizer.json path, or a directory; vocab.txt and "
+                               "vocab-report.json are written beside it."),
+    vocab_size: int = typer.Option(30522, "--vocab-size", help="Entries in the vocabulary, special tokens included."),
+    lowercase: bool = typer.Option(True, "--lowercase/--no-lowercase", help="Lower-case (and strip accents) first."),
+    flavor: str = typer.Option("bert", "--tokenizer-flavor", metavar="<bert|electra>",
+                               help="electra: also delete every Unicode category C* character, as ELECTRA does."),
+    character_coverage: float = typer.Option(0.9995, "--character-coverage", help="Share of character occurrences "
+                                             "the alphabet must cover (the rarest characters beyond it become [UNK])."),
+    min_frequency: int = typer.Option(2, "--min-frequency", help="Merge only pairs seen at least this often."),
+    max_words: int = typer.Option(4_000_000, "--max-words", help="Distinct words kept in memory; past it the "
+                                  "rarest are pruned (bounds memory on a corpus larger than RAM)."),
+    input_format: str = typer.Option("auto", "--input-format", help="As for prepare."),
+) -> None:
+    """Train a WordPiece vocabulary on a corpus, deterministically: writes tokenizer.json and vocab.txt.
+
+    The alphabet is chosen by character coverage (not a fixed count), so rare scripts keep their
+    characters; ties are broken by the token strings, so the same corpus and settings always give
+    the same files. prepare takes either file with -t.
+    """
+    from mlm_pipeline.vocab import VocabSettings, iter_corpus_documents, train_vocab
+
+    try:
+        settings = VocabSettings(vocab_size=vocab_size, lowercase=lowercase, flavor=flavor, min_frequency=min_frequency,
+                                 character_coverage=character_coverage, max_words=max_words)
+        report = train_vocab(iter_corpus_documents(list(inputs), input_format), output, settings)
+    except (ConfigError, InputError) as exc:
+        _fail(str(exc))
+    typer.echo(f"{report.vocab_size} entries ({report.alphabet_size} characters covering "
+               f"{report.character_coverage:.4%} of {report.distinct_characters} seen, {report.merges} merges) "
+               f"from {report.documents} documents, {report.words_counted} words")
+    for path in report.files:
+        typer.echo(f"wrote {path}")
 
 
 def main() -> None:

@@ -1,20 +1,35 @@
 """Run settings: one validated object, loadable from YAML/TOML, with a fingerprint.
 
+This is the one home of every ``prepare`` setting. A field declared with :func:`setting` carries
+what the command line and config files need: its help, its help panel, its flag spellings when
+they differ from the field name, and its name in Google's ``create_pretraining_data.py``. The CLI
+(:mod:`mlm_pipeline.cli`) builds its flags from these fields, and :func:`load_config_file` takes
+the same names, so a new setting is one field here.
+
 Only the settings that change output bytes enter ``output_fingerprint`` — not the worker count,
-executor or progress display — which is what lets a rerun with ``--workers 8`` resume a run
-started with ``--workers 2``, and refuses a rerun whose masking settings changed.
+executor or progress display (fields marked ``runtime=True``) — which is what lets a rerun with
+``--workers 8`` resume a run started with ``--workers 2``, and refuses a rerun whose masking
+settings changed.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 import re
-from typing import Annotated, Literal
+import types
+import typing
+from typing import Annotated, Any, Callable, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticUndefined
+
+from mlm_pipeline.errors import ConfigError
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
@@ -39,62 +54,210 @@ def _parse_size_or_auto(value: int | str | None) -> int | None:
 
 SizeOrAuto = Annotated[int | None, BeforeValidator(_parse_size_or_auto)]
 
-InputFormat = Literal["auto", "text", "wikiextractor", "jsonl", "parquet"]
-OutputFormat = Literal["tfrecord", "parquet"]
+# help panels of `prepare --help`, in the order they are shown
+PANELS = ("input", "tokenizer", "instances", "masking", "output", "execution", "cloud")
+
+
+def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (), google: str | None = None,
+            positional: bool = False, metavar: str | None = None, runtime: bool = False,
+            choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
+    """A settings field with what the command line and config files need to offer it.
+
+    ``default``: ``...`` when required; sizes are written as a user types them ("4MB").
+    ``panel``: one of :data:`PANELS`. ``flags``: command-line spellings when they are not just
+    ``--field-name`` (the first one is the main one). ``google``: the flag's name in Google's
+    ``create_pretraining_data.py``, accepted as written there (``--max_seq_length=128``).
+    ``positional``: given as the command's arguments. ``runtime``: does not change output bytes.
+    ``choices``: for a plain ``str`` setting whose values come from a registry (input and output
+    formats, objectives, tokenizer backends), a function listing them (asked when help is shown).
+    ``constraints``: pydantic's (``ge``, ``le``, ``min_length``, ...).
+    """
+    if panel not in PANELS:
+        raise ValueError(f"unknown help panel {panel!r}; one of {', '.join(PANELS)}")
+    extra = {"panel": panel, "flags": list(flags), "google": google, "positional": positional,
+             "metavar": metavar, "runtime": runtime, "choices": choices}
+    return Field(default, description=help, json_schema_extra=extra, **constraints)
+
+
+def _input_format_choices() -> list[str]:
+    from mlm_pipeline.read import input_format_names  # the registry of input formats (read/)
+
+    return ["auto", *input_format_names()]
+
+
+def _output_format_choices() -> list[str]:
+    from mlm_pipeline.formats import output_format_names  # imports no format module
+
+    return list(output_format_names())
+
+
+def _tokenizer_backend_choices() -> list[str]:
+    from mlm_pipeline.tokenize.backends import backend_names
+
+    return backend_names()
+
+
+def _objective_choices() -> list[str]:
+    from mlm_pipeline.instances import objective_names  # the registry of objectives (instances/)
+
+    return list(objective_names())
+
+
+def _one_of(choices: Callable[[], list[str]], what: str) -> AfterValidator:
+    """Validation against a registry, so that registering a plug-in is all a new choice takes."""
+
+    def check(name: str) -> str:
+        known = choices()
+        if name not in known:
+            raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
+        return name
+
+    return AfterValidator(check)
+
+
+InputFormat = Annotated[str, _one_of(_input_format_choices, "input format")]
+OutputFormatName = Annotated[str, _one_of(_output_format_choices, "output format")]
+TokenizerBackend = Annotated[str, _one_of(_tokenizer_backend_choices, "tokenizer backend")]
+ObjectiveName = Annotated[str, _one_of(_objective_choices, "objective")]
 DecodePolicy = Literal["replace", "skip", "fail"]
 
-# Settings that do not influence the produced shards.
-RUNTIME_ONLY = frozenset({"workers", "executor", "ray_address", "progress", "output", "inputs"})
-# ... and the scale-out settings (where and by whom tasks run), none of which changes a byte
-RUNTIME_ONLY = RUNTIME_ONLY | {"s3_endpoint_url", "task_rank", "task_count", "claim", "lease_seconds"}
+
+def _namespace_list(value: int | str | list) -> str:
+    """``" 0, 14,0"`` (or ``0``, or ``[0, 14]`` in a config file) -> ``"0,14"``: integers,
+    sorted, each once, so that one choice has one spelling (and one output fingerprint)."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    try:
+        numbers = sorted({int(str(n).strip()) for n in items if str(n).strip()})
+    except ValueError:
+        raise ValueError(f"not a comma-separated list of namespace numbers: {value!r} (e.g. 0 or 0,14)") from None
+    if not numbers:
+        raise ValueError("at least one namespace number is needed (0: articles)")
+    return ",".join(map(str, numbers))
 
 
-class ConfigError(ValueError):
-    """A setting is invalid; the message says which and why."""
+WikiNamespaces = Annotated[str, BeforeValidator(_namespace_list)]
 
 
 class PrepareConfig(BaseModel):
     """Everything ``mlm-pipeline prepare`` needs; names follow ``create_pretraining_data.py``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    inputs: list[str] = Field(min_length=1)
-    output: str
-    tokenizer: str
-    do_lower_case: bool = True
-    input_format: InputFormat = "auto"
-    text_field: str = "text"
-    on_decode_error: DecodePolicy = "replace"
-    max_line_bytes: Size = Field(default=1 << 20, ge=1024)
+    inputs: list[str] = setting(
+        ..., "input", "Files, directories (searched recursively) or globs; local paths or s3://, gs:// URLs. "
+        ".gz .bz2 .zst .xz are decompressed.",
+        positional=True, google="input_file", metavar="INPUT", runtime=True, min_length=1)
+    output: str = setting(
+        ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
+        flags=("--output", "-o"), google="output_file", runtime=True)
+    tokenizer: str = setting(
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, or a model directory holding either.",
+        flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file")
+    tokenizer_backend: TokenizerBackend = setting(
+        "auto", "tokenizer", "Encoder of the tokenizer: auto takes the fastest installed one that gives HF's ids "
+        "exactly (checked at load and on each task's first text); hf is the reference. Output never depends on it.",
+        runtime=True, choices=_tokenizer_backend_choices)
+    tokenizer_flavor: Literal["bert", "electra", "auto"] = setting(
+        "auto", "tokenizer", "Text normalization over a WordPiece vocab: bert (HF's BERT rules) or electra "
+        "(google-research/electra's: drops every Unicode C* character, strips accents only when lower-casing). "
+        "auto: the objective's (electra for --objective electra, else bert).")
+    do_lower_case: bool = setting(
+        True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
+        google="do_lower_case")
+    input_format: InputFormat = setting(
+        "auto", "input", "text: a sentence per line, blank line between documents (Google's format). "
+        "wikiextractor, jsonl, parquet: paragraphs split into sentences. wikidump: a Wikipedia dump "
+        "(.xml.bz2 or .xml), one document per article. auto: by name, else by the first bytes.",
+        choices=_input_format_choices)
+    text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    on_decode_error: DecodePolicy = setting(
+        "replace", "input", "Invalid UTF-8: replace with U+FFFD (counted), skip the document (counted), "
+        "or fail with file and offset.")
+    max_line_bytes: Size = setting(
+        "1MB", "input", "A longer line is never decoded; its document is skipped and counted.",
+        metavar="SIZE", ge=1024)
+    wiki_index: str | None = setting(
+        None, "input", "Wikipedia dump: its multistream index (*-multistream-index.txt.bz2). "
+        "Default: the one beside the dump, if any.", metavar="PATH")
+    wiki_namespaces: WikiNamespaces = setting(
+        "0", "input", "Wikipedia dump: the namespace numbers read, comma-separated (0: articles).",
+        metavar="N,N")
+    wiki_keep_headings: bool = setting(
+        False, "input", "Wikipedia dump: keep section headings as paragraphs of their own (default: dropped).")
+    wiki_keep_tables: bool = setting(
+        False, "input", "Wikipedia dump: keep table captions and cell text (default: tables dropped).")
 
-    objective: Literal["nsp", "packed", "tokens"] = "nsp"
-    masking: Literal["static", "none"] | None = None  # None: static, but none for "tokens"
-    reference: bool = False
-    max_seq_length: int = Field(default=128, ge=8, le=8192)
-    max_predictions_per_seq: int = Field(default=20, ge=1)
-    masked_lm_prob: float = Field(default=0.15, gt=0.0, lt=1.0)
-    dupe_factor: int = Field(default=1, ge=1, le=1000)
-    short_seq_prob: float = Field(default=0.1, ge=0.0, le=1.0)
-    random_seed: int = 12345
-    do_whole_word_mask: bool = False
+    objective: ObjectiveName = setting(
+        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. packed: RoBERTa full "
+        "sentences up to the length, no NSP. tokens: fixed windows of tokens, for masking at load time. "
+        "electra: ELECTRA's examples (input_ids, input_mask, segment_ids only), masked at training time.",
+        choices=_objective_choices)
+    masking: Literal["static", "none"] | None = setting(
+        None, "masking", "static: mask now, as BERT's TFRecords. none: leave it to the training loader. "
+        "Default: the objective's (static; none for --objective tokens and electra).")
+    reference: bool = setting(
+        False, "instances", "Reproduce the objective's reference script exactly: create_pretraining_data.py per "
+        "input file (nsp), build_pretraining_dataset.py on one corpus directory (electra). Slower.")
+    max_seq_length: int = setting(
+        128, "instances", "Tokens per instance, [CLS] and [SEP] included.", google="max_seq_length", ge=8, le=8192)
+    max_predictions_per_seq: int = setting(
+        20, "masking", "Most masked positions per instance.", google="max_predictions_per_seq", ge=1)
+    masked_lm_prob: float = setting(
+        0.15, "masking", "Share of tokens masked (80% [MASK], 10% random, 10% kept).",
+        google="masked_lm_prob", gt=0.0, lt=1.0)
+    dupe_factor: int = setting(
+        1, "instances", "Passes over the data, each with new cuts and masks (Google's default is 10).",
+        google="dupe_factor", ge=1, le=1000)
+    short_seq_prob: float = setting(
+        0.1, "instances", "Probability of a shorter target length, drawn from [2, max-seq-length - 3].",
+        google="short_seq_prob", ge=0.0, le=1.0)
+    random_seed: int = setting(
+        12345, "instances", "Global seed; each task derives its own, so output never depends on the worker count.",
+        google="random_seed")
+    do_whole_word_mask: bool = setting(
+        False, "masking", "Mask a word and its ## pieces together.", google="do_whole_word_mask")
 
-    format: OutputFormat = "tfrecord"
-    split_bytes: SizeOrAuto = Field(default=None, ge=1)  # None: auto, see plan.auto_split_bytes
-    block_bytes: Size = Field(default=4 << 20, ge=1)
-    max_instances_per_shard: int = Field(default=100_000, ge=1)
+    format: OutputFormatName = setting(
+        "tfrecord", "output", "tfrecord: tf.train.Example records as BERT's run_pretraining.py reads them. "
+        "parquet: the same columns unpadded, zstd-compressed.", choices=_output_format_choices)
+    split_bytes: SizeOrAuto = setting(
+        "auto", "execution", "Input bytes per task. auto: the total input / 32, from 1MB to 64MB.",
+        flags=("--split-size",), metavar="SIZE", ge=1)
+    block_bytes: Size = setting(
+        "4MB", "execution", "Text per processing block in a task; bounds worker memory.",
+        flags=("--block-size",), metavar="SIZE", ge=1)
+    num_out_files: int | None = setting(
+        None, "output", "Write ELECTRA's output files instead of part-* shards: examples round-robin into "
+        "pretrain_tfrecords/pretrain_data.tfrecord-{i}-of-{N} (what ELECTRA's pretraining glob reads). "
+        "Default: part-* shards; 1000 files for --objective electra --reference.", ge=1)
+    max_instances_per_shard: int = setting(
+        100_000, "output", "A task starts a new shard file after this many instances.", ge=1)
 
-    workers: int = Field(default=0, ge=0)
-    executor: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
-    progress: bool = True
+    workers: int = setting(0, "execution", "Worker processes (0: all cores).", flags=("--workers", "-j"),
+                           runtime=True, ge=0)
+    executor: Literal["local", "ray"] = setting(
+        "local", "execution", "local: a process pool on this machine. ray: Ray tasks on a cluster.", runtime=True)
+    ray_address: str | None = setting(
+        None, "execution", "auto (on a cluster node), host:6379 or ray://host:10001. "
+        "Default: RAY_ADDRESS, else a local Ray.", runtime=True)
+    progress: bool = setting(True, "execution", "A progress bar on a terminal, log lines otherwise.", runtime=True)
 
-    # scale-out (runtime only): S3-compatible endpoint, array mode (this worker's share of the
-    # tasks) and claim mode (workers take tasks through leases in the output)
-    s3_endpoint_url: str | None = None
-    task_rank: int | None = Field(default=None, ge=0)
-    task_count: int | None = Field(default=None, ge=1)
-    claim: bool = False
-    lease_seconds: float = Field(default=120.0, ge=1.0)
+    # scale-out: S3-compatible endpoint, array mode (this worker's share of the tasks) and claim
+    # mode (workers take tasks through leases in the output)
+    s3_endpoint_url: str | None = setting(
+        None, "cloud", "S3-compatible endpoint, e.g. http://minio:9000. Credentials come from the AWS chain "
+        "and are never logged.", runtime=True)
+    task_rank: int | None = setting(
+        None, "cloud", "Array mode: this worker's rank in [0, task-count). "
+        "Default: from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.", runtime=True, ge=0)
+    task_count: int | None = setting(
+        None, "cloud", "Array mode: how many workers share the output. Default: SLURM_ARRAY_TASK_COUNT.",
+        runtime=True, ge=1)
+    claim: bool = setting(
+        False, "cloud", "Claim mode: any number of identical workers take tasks through leases in the output.",
+        runtime=True)
+    lease_seconds: float = setting(
+        120.0, "cloud", "Claim mode: a lease not renewed for this long is taken over.", runtime=True, ge=1.0)
 
     @model_validator(mode="after")
     def _check_scale_out(self) -> "PrepareConfig":
@@ -105,8 +268,8 @@ class PrepareConfig(BaseModel):
             raise ValueError("task_rank needs task_count")
         if self.claim and self.task_count is not None:
             raise ValueError("claim mode and array mode (task_rank/task_count) exclude each other")
-        if (self.claim or self.task_count is not None) and self.executor != "local":
-            raise ValueError("array and claim modes run tasks with the local executor on each worker")
+        if self.claim and self.executor != "local":
+            raise ValueError("claim mode runs tasks on its own process pool on each worker (not with executor ray)")
         return self
 
     @model_validator(mode="before")
@@ -115,7 +278,21 @@ class PrepareConfig(BaseModel):
         if isinstance(data, dict):
             data = dict(data)
             if data.get("masking") is None:
-                data["masking"] = "none" if data.get("objective") == "tokens" else "static"
+                from mlm_pipeline.instances import get_objective, objective_names
+
+                name = data.get("objective", "nsp")  # an unknown name fails on the field
+                data["masking"] = get_objective(name).default_masking if name in objective_names() else "static"
+            if data.get("tokenizer_flavor") in (None, "auto"):
+                from mlm_pipeline.instances import get_objective, objective_names
+
+                name = data.get("objective", "nsp")
+                # recorded resolved, so the fingerprint and every reader see the effective flavor
+                data["tokenizer_flavor"] = get_objective(name).tokenizer_flavor if name in objective_names() else "bert"
+            if data.get("num_out_files") is None and data.get("reference") is True:
+                name = data.get("objective", "nsp")
+                ref = get_objective(name).reference if name in objective_names() else None
+                if ref is not None:
+                    data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
             tok = data.get("tokenizer")
             if isinstance(tok, str) and "://" not in tok:
                 # recorded absolute, so `inspect`/`train` find it from any directory
@@ -124,8 +301,21 @@ class PrepareConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "PrepareConfig":
-        if self.reference and (self.objective != "nsp" or self.masking != "static"):
-            raise ValueError("--reference reproduces Google's NSP data: it needs --objective nsp with static masking")
+        if self.reference:
+            from mlm_pipeline.instances import get_objective
+
+            ref = get_objective(self.objective).reference
+            if ref is None or self.masking != ref.masking:
+                raise ValueError(f"--reference: objective {self.objective} has no reference mode" if ref is None
+                                 else f"--reference ({ref.help}) needs --masking {ref.masking}")
+        if self.num_out_files is not None and self.format != "tfrecord":
+            raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files; it needs --format tfrecord, "
+                             f"not {self.format}")
+        from mlm_pipeline.instances import get_objective
+
+        check = get_objective(self.objective).check
+        if check is not None:
+            check(self)
         if self.max_predictions_per_seq > self.max_seq_length:
             raise ValueError(
                 f"max_predictions_per_seq ({self.max_predictions_per_seq}) cannot exceed "
@@ -135,52 +325,148 @@ class PrepareConfig(BaseModel):
 
     def output_settings(self) -> dict:
         """The settings that determine output bytes (for fingerprints and resume checks)."""
-        return {k: v for k, v in self.model_dump().items() if k not in RUNTIME_ONLY}
+        runtime = {s.name for s in settings_of(type(self)) if s.runtime}
+        return {k: v for k, v in self.model_dump().items() if k not in runtime}
 
     def output_fingerprint(self) -> str:
         blob = json.dumps(self.output_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
 
-def load_config_file(path: str) -> dict:
-    """Settings from a YAML or TOML file, keys with ``-`` or ``_`` alike."""
+@dataclass(frozen=True)
+class Setting:
+    """One field of a settings model, as the command line and config files see it."""
+
+    name: str
+    value_type: Any  # bool, int, float, str, list[str] or a Literal; None stripped
+    default: Any  # as declared (sizes as text); ``...`` when required
+    help: str
+    panel: str
+    flags: tuple[str, ...]  # command-line spellings, the main one first; () when positional
+    google: str | None  # its name in create_pretraining_data.py
+    positional: bool
+    metavar: str | None
+    runtime: bool  # True: does not change output bytes
+    text: bool  # True: the model parses it from text (sizes), so the command line passes text
+    registry_choices: Callable[[], list[str]] | None = None  # a registry's names (see setting())
+
+    @property
+    def required(self) -> bool:
+        return self.default is ...
+
+    @property
+    def choices(self) -> tuple | None:
+        if self.registry_choices is not None:
+            return tuple(self.registry_choices())
+        return typing.get_args(self.value_type) if typing.get_origin(self.value_type) is Literal else None
+
+    @property
+    def is_list(self) -> bool:
+        return typing.get_origin(self.value_type) is list
+
+    @property
+    def label(self) -> str:
+        """How messages name it: its main flag without dashes (``split-size``), or the field name."""
+        return self.flags[0].lstrip("-") if self.flags else self.name
+
+    def names(self) -> set[str]:
+        """Its spellings in a config file (``-`` and ``_`` alike): the field name, every long
+        flag and Google's name."""
+        long_flags = (f[2:] for f in self.flags if f.startswith("--"))
+        return {n.replace("-", "_") for n in (self.name, self.google, *long_flags) if n}
+
+
+def _without_none(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else Union[tuple(args)]
+    return annotation
+
+
+@functools.cache
+def settings_of(model: type[BaseModel] = PrepareConfig) -> tuple[Setting, ...]:
+    """The fields of ``model`` (each declared with :func:`setting`), in declaration order."""
+    out = []
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra
+        if not isinstance(extra, dict) or "panel" not in extra:
+            raise TypeError(f"{model.__name__}.{name} is not declared with setting(): the CLI cannot offer it")
+        out.append(Setting(
+            name=name, value_type=_without_none(field.annotation),
+            default=... if field.default is PydanticUndefined else field.default,
+            help=field.description or "", panel=extra["panel"],
+            flags=() if extra["positional"] else tuple(extra["flags"] or [f"--{name.replace('_', '-')}"]),
+            google=extra["google"], positional=extra["positional"], metavar=extra["metavar"],
+            runtime=extra["runtime"], text=any(isinstance(m, BeforeValidator) for m in field.metadata),
+            registry_choices=extra.get("choices"),
+        ))
+    return tuple(out)
+
+
+def config_values(data: dict, model: type[BaseModel] = PrepareConfig, source: str = "config") -> dict:
+    """Settings given under any of their names (field, flag or Google name; ``-`` or ``_``)
+    -> values keyed by field name. A list setting given as one string by its Google name is a
+    comma-separated list, as in Google's ``--input_file=a.txt,b.txt``."""
+    by_name = {n: s for s in settings_of(model) for n in s.names()}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        spelled = str(key).replace("-", "_")
+        s = by_name.get(spelled)
+        if s is None:
+            close = difflib.get_close_matches(spelled, by_name, n=1)
+            hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""
+            raise ConfigError(f"unknown setting {key!r} in {source}{hint}")
+        if s.name in out:
+            raise ConfigError(f"{source} gives {s.label} twice (as {key!r} and another name)")
+        if s.is_list and isinstance(value, str):
+            value = [v for v in value.split(",") if v] if spelled == s.google else [value]
+        out[s.name] = value
+    return out
+
+
+def load_config_file(path: str, model: type[BaseModel] = PrepareConfig) -> dict:
+    """Settings from a YAML or TOML file (optionally under a ``prepare`` table), keyed by field name."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {path}")
     text = p.read_text(encoding="utf-8")
+    parse = _toml().loads if p.suffix == ".toml" else _yaml_load
     try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+        data = parse(text)
     except Exception as exc:  # parse errors of either library
         raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")
     if "prepare" in data and isinstance(data["prepare"], dict):
         data = data["prepare"]
-    out = {}
-    for key, value in data.items():
-        key = str(key).replace("-", "_")
-        out[CONFIG_ALIASES.get(key, key)] = value
-    return out
+    return config_values(data, model, source=f"config file {path}")
 
 
-# config-file spellings that match CLI flags rather than field names
-CONFIG_ALIASES = {"split_size": "split_bytes", "block_size": "block_bytes", "vocab_file": "tokenizer",
-                  "input_file": "inputs", "output_file": "output"}
-
-
-def build_config(values: dict) -> PrepareConfig:
+def _toml():
+    """``tomllib`` (Python 3.11+), else the ``tomli`` package it came from (Python 3.10)."""
     try:
-        return PrepareConfig(**values)
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    return tomllib
+
+
+def _yaml_load(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text) or {}
+
+
+def build_config(values: dict, model: type[BaseModel] = PrepareConfig) -> Any:
+    """``model(**values)``, its validation errors as one :class:`ConfigError` naming the flags."""
+    try:
+        return model(**values)
     except ValidationError as exc:
+        label = {s.name: s.label for s in settings_of(model)}
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(x) for x in err["loc"]) or "config"
-            lines.append(f"{loc.replace('_', '-')}: {err['msg']}")
+            loc = [str(x) for x in err["loc"]]
+            if loc:
+                loc[0] = label.get(loc[0], loc[0].replace("_", "-"))
+            lines.append(f"{'.'.join(loc) or 'config'}: {err['msg']}")
         raise ConfigError("invalid settings:\n  " + "\n  ".join(lines)) from None

@@ -10,11 +10,12 @@ from __future__ import annotations
 import glob as _glob
 import os
 import uuid
+from typing import Iterator
 
 import fsspec
 from fsspec.core import url_to_fs
 
-from mlm_pipeline.read.base import InputError
+from mlm_pipeline.errors import InputError
 
 
 def get_fs(url: str):
@@ -42,6 +43,24 @@ def open_url(url: str, mode: str = "rb"):
     return fs.open(path, mode)
 
 
+def open_head(url: str, nbytes: int, *, size: int | None = None):
+    """``url`` opened to read about its first ``nbytes`` (a format sniff): one request of
+    ``nbytes`` on an object store.
+
+    fsspec's buffered files read ahead a whole block on every miss (s3fs: 50 MiB), so a 64 KiB
+    head read through ``open_url`` fetches 50 MiB; planning reads a head of every input, and a
+    corpus of 100,000 files would fetch terabytes. A known ``size`` (from the listing) also spares
+    the request for the object's metadata.
+    """
+    fs, path = get_fs(url)
+    if is_local(url):
+        return fs.open(path, "rb")
+    options: dict = {"block_size": max(1, nbytes), "cache_type": "first"}
+    if size is not None:
+        options["size"] = size
+    return fs.open(path, "rb", **options)
+
+
 def _protocol_prefix(url: str) -> str:
     return url.split("://", 1)[0] + "://" if "://" in url else ""
 
@@ -51,33 +70,51 @@ def expand_inputs(inputs: list[str]) -> list[str]:
 
     Raises ``InputError`` naming every input that matches nothing, before any work starts.
     """
-    found: list[str] = []
+    return [url for url, _ in list_inputs(inputs)]
+
+
+def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
+    """``(url, size)`` of the files ``expand_inputs`` names, the sizes taken from the listings.
+
+    A directory or glob is one listing (paged on an object store), not a request per file:
+    planning 100,000 objects then asks for no object's metadata.
+    """
+    found: list[tuple[str, int]] = []
     missing: list[str] = []
     for item in inputs:
         fs, path = get_fs(item)
         prefix = _protocol_prefix(item)
         if _glob.has_magic(path):
-            matches = [m for m in fs.glob(path) if fs.isfile(m)]
-        elif fs.isdir(path):
-            matches = [m for m in fs.find(path) if not os.path.basename(m).startswith(".")]
-        elif fs.exists(path):
-            matches = [path]
+            infos = fs.glob(path, detail=True)
+            matches = {m: info for m, info in infos.items() if info.get("type") == "file"}
         else:
-            matches = []
+            try:
+                info = fs.info(path)
+            except OSError:  # missing (or unreachable): named below, with every other
+                info = None
+            if info is None:
+                matches = {}
+            elif info.get("type") == "directory":
+                infos = fs.find(path, detail=True)
+                matches = {m: i for m, i in infos.items() if not os.path.basename(m).startswith(".")}
+            else:
+                matches = {path: info}
         if not matches:
             missing.append(item)
             continue
         for m in sorted(matches):
-            found.append(prefix + m if prefix and not m.startswith(prefix) else m)
+            size = matches[m].get("size")
+            size = int(size) if size is not None else int(fs.size(m))
+            found.append((prefix + m if prefix and not m.startswith(prefix) else m, size))
     if missing:
         raise InputError("no input found at: " + ", ".join(missing))
     # keep order stable and unique
     seen: set[str] = set()
     out = []
-    for f in found:
-        if f not in seen:
-            seen.add(f)
-            out.append(f)
+    for url, size in found:
+        if url not in seen:
+            seen.add(url)
+            out.append((url, size))
     return out
 
 
@@ -116,6 +153,40 @@ def read_bytes(url: str) -> bytes:
     return fs.cat_file(path)
 
 
+def read_many(urls: list[str], *, batch: int = 256) -> Iterator[bytes | None]:
+    """The content of each of ``urls`` (small objects on one filesystem), in order; None for one
+    that cannot be read.
+
+    An object store gets them ``batch`` at a time through fsspec's ``cat``, which sends them
+    concurrently on S3 and GCS (the 200,000 markers of a 10 TB run read one by one would take over
+    an hour at 20 ms a request). A local disk gets a plain read each.
+    """
+    if not urls:
+        return
+    if is_local(urls[0]):
+        for url in urls:
+            try:
+                with open(url[len("file://"):] if url.startswith("file://") else url, "rb") as f:
+                    yield f.read()
+            except OSError:
+                yield None
+        return
+    filesystem, _ = get_fs(urls[0])
+    for i in range(0, len(urls), batch):
+        paths = [filesystem._strip_protocol(u) for u in urls[i:i + batch]]
+        got = filesystem.cat(paths, on_error="return")
+        for path in paths:
+            data = got[path] if path in got else _cat_or_none(filesystem, path)  # (a key spelt otherwise)
+            yield data if isinstance(data, bytes) else None
+
+
+def _cat_or_none(filesystem, path: str) -> bytes | None:
+    try:
+        return filesystem.cat_file(path)
+    except OSError:
+        return None
+
+
 def exists(url: str) -> bool:
     fs, path = get_fs(url)
     fs.invalidate_cache(path)
@@ -142,7 +213,10 @@ __all__ = [
     "get_fs",
     "is_local",
     "join",
+    "list_inputs",
     "listdir",
+    "open_head",
     "open_url",
     "read_bytes",
+    "read_many",
 ]

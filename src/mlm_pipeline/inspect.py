@@ -1,4 +1,8 @@
-"""Decode shards back to text: ``[CLS] the [MASK] sat ... [SEP]`` plus the masked labels."""
+"""Decode shards back to text: ``[CLS] the [MASK] sat ... [SEP]`` plus the masked labels.
+
+Shards are read by the reader of the format their run recorded; only a shard file on its own
+(no run around it) is recognised by its extension.
+"""
 
 from __future__ import annotations
 
@@ -7,40 +11,77 @@ import os
 from typing import Iterator
 
 from mlm_pipeline import fs
+from mlm_pipeline.errors import InspectError
+from mlm_pipeline.formats import OutputFormat, get_output_format, output_format_for_file, output_format_names
 from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.run import layout
 
 
-class InspectError(ValueError):
-    pass
+def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
+    """A whole shard, read by its format's reader.
+
+    ``fmt`` is the format its run recorded; without it (a shard file on its own) the format is
+    told by the file's extension.
+    """
+    return (get_output_format(fmt) if fmt else _format_of_file(url)).read_shard(url)
 
 
-def read_shard(url: str) -> InstanceBatch:
-    if url.endswith(".parquet"):
-        from mlm_pipeline.write.parquet import read_parquet
-
-        return read_parquet(url)
-    if url.endswith(".tfrecord"):
-        from mlm_pipeline.write.tfrecord import read_tfrecord
-
-        return read_tfrecord(url)
-    raise InspectError(f"{url}: not a .tfrecord or .parquet shard")
+def _format_of_file(url: str) -> OutputFormat:
+    found = output_format_for_file(url)
+    if found is None:
+        known = ", ".join(f".{name}" for name in output_format_names())
+        raise InspectError(f"{url}: not a shard of a known output format ({known}) and not inside a prepared output")
+    return found
 
 
-def _resolve(path: str) -> tuple[list[str], dict | None]:
-    """Shard URLs to show and the run record (if the path is, or is inside, an output dir)."""
-    run_url = fs.join(path, "_run.json")
+def _named_format(name, where: str) -> OutputFormat:
+    if not name:
+        raise InspectError(f"{where} records no output format")
+    try:
+        return get_output_format(name)
+    except ValueError as exc:
+        raise InspectError(f"{where}: {exc}") from None
+
+
+def _run_of(output: str) -> tuple[dict, OutputFormat, list[str]] | None:
+    """The settings, format and shard URLs of the run in ``output``; ``None`` if there is none.
+
+    A finished run is read from its manifest (its shards, its ``format``); a run still going from
+    its run record, its shards being those committed so far.
+    """
+    manifest_url = layout.manifest_url(output)
+    if fs.exists(manifest_url):
+        manifest = json.loads(fs.read_bytes(manifest_url))
+        output_format = _named_format(manifest.get("format"), manifest_url)
+        paths = [s["path"] for s in manifest.get("shards", [])]
+        shards = [p if "://" in p or p.startswith("/") else fs.join(output, p) for p in paths]
+        return manifest.get("config", {}), output_format, shards
+    run_url = layout.run_url(output)
     if fs.exists(run_url):
-        record = json.loads(fs.read_bytes(run_url))
-        shards = sorted(p for p in fs.listdir(fs.join(path, "shards")) if p.endswith((".tfrecord", ".parquet")))
+        settings = json.loads(fs.read_bytes(run_url)).get("settings", {})
+        output_format = _named_format(settings.get("format"), run_url)
+        listed = [p for d in layout.shard_dir_urls(output) if fs.exists(d) for p in fs.listdir(d)]
+        return settings, output_format, sorted(
+            p for p in listed if p.endswith(output_format.extension) or f"/{layout.OUT_FILE_PREFIX}-" in p
+        )
+    return None
+
+
+def _resolve(path: str) -> tuple[list[str], dict, OutputFormat]:
+    """Shard URLs to show, the run's settings (if the path is, or is inside, an output) and the format."""
+    run = _run_of(path)
+    if run is not None:
+        settings, output_format, shards = run
         if not shards:
             raise InspectError(f"{path} has no shards yet")
-        return shards, record
+        return shards, settings, output_format
     if not fs.exists(path):
         raise InspectError(f"no such file or directory: {path}")
-    parent = os.path.dirname(os.path.dirname(path.rstrip("/")))
-    record_url = fs.join(parent, "_run.json") if parent else "_run.json"
-    record = json.loads(fs.read_bytes(record_url)) if fs.exists(record_url) else None
-    return [path], record
+    parent = os.path.dirname(os.path.dirname(path.rstrip("/")))  # OUTPUT of OUTPUT/shards/FILE
+    run = _run_of(parent or ".")
+    if run is not None:
+        return [path], run[0], run[1]
+    return [path], {}, _format_of_file(path)
 
 
 def format_instance(batch: InstanceBatch, i: int, tok) -> str:
@@ -57,20 +98,19 @@ def format_instance(batch: InstanceBatch, i: int, tok) -> str:
 
 
 def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bool | None, as_json: bool) -> Iterator[str]:
-    shards, record = _resolve(path)
+    shards, settings, output_format = _resolve(path)
     tok = None
     if not as_json:
         from mlm_pipeline.tokenize import load_tokenizer
 
-        settings = (record or {}).get("settings", {})
         tok_path = tokenizer or settings.get("tokenizer")
         if not tok_path:
             raise InspectError("cannot tell which tokenizer made this shard: pass --tokenizer")
         lower = settings.get("do_lower_case", True) if do_lower_case is None else do_lower_case
-        tok = load_tokenizer(tok_path, lower)
+        tok = load_tokenizer(tok_path, lower, settings.get("tokenizer_flavor", "bert"))
     shown = 0
     for url in shards:
-        batch = read_shard(url)
+        batch = output_format.read_shard(url)
         yield f"== {url}: {len(batch):,} instances"
         for i in range(min(len(batch), n - shown)):
             if as_json:

@@ -60,6 +60,13 @@ _ROWS_PER_CHUNK = 4096
 _WORD_SLACK = 8
 
 
+def _nonzero_2d(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a 2-D array (row-major order), from one flat scan: ~5x faster than
+    ``np.nonzero``'s own 2-D path."""
+    flat = np.flatnonzero(a)
+    return np.divmod(flat, a.shape[1])
+
+
 def _smallest(keys: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Boolean [rows, width]: the ``k[i]`` smallest keys of row ``i`` (equal keys: lower column
     first), i.e. the positions of rank ``< k[i]`` in a stable argsort of the row, found with a
@@ -96,12 +103,24 @@ def _choose_tokens(
         inside = columns < lens[r0:r1, None]
         cand_2d = np.zeros(inside.shape, dtype=bool)
         cand_2d[inside] = cand[offsets[r0] : offsets[r1]]
-        keys[~cand_2d] = 2.0
+        np.putmask(keys, ~cand_2d, 2.0)
         k = np.minimum(target[r0:r1], cand_2d.sum(axis=1))
-        rows, cols = np.nonzero(_smallest(keys, k))  # row-major: ascending positions
+        rows, cols = _nonzero_2d(_smallest(keys, k))  # row-major: ascending positions
         rows_out.append(rows + r0)
         cols_out.append(cols)
     return np.concatenate(rows_out), np.concatenate(cols_out)
+
+
+def _by_key_then_column(cols: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``cols`` of each row ordered by ``keys``, equal keys by column: a stable argsort of the
+    keys (3x faster than a two-key ``lexsort``), which gives the same order unless two word keys
+    (< 2.0) of a row are equal, and then the ``lexsort`` is done. Padding keys (2.0) may tie in
+    any order: their words are empty and never taken."""
+    order = np.argsort(keys, axis=1, kind="stable")
+    ordered = np.take_along_axis(keys, order, axis=1)
+    if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] < 2.0)).any():
+        order = np.lexsort((cols, keys), axis=1)
+    return np.take_along_axis(cols, order, axis=1)
 
 
 def _greedy_words(lengths: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,7 +186,7 @@ def _choose_whole_words(
             cols = part[:, :visit]
             top = np.take_along_axis(wkeys, cols, axis=1)
             nxt = np.take_along_axis(wkeys, part[:, visit : visit + 1], axis=1)[:, 0]
-            cols = np.take_along_axis(cols, np.lexsort((cols, top), axis=1), axis=1)
+            cols = _by_key_then_column(cols, top)
             accepted, count = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
             # rows with unvisited words that could still matter (or equal keys at the cut)
             redo = (wpr > visit) & ((count < kk) | (top.max(axis=1) == nxt))
@@ -175,15 +194,26 @@ def _choose_whole_words(
             cols = np.argsort(wkeys, axis=1, kind="stable")
             accepted, _ = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
             redo = np.zeros(len(kk), dtype=bool)
-        rows, ranks = np.nonzero(accepted & ~redo[:, None])
+        rows, ranks = _nonzero_2d(accepted & ~redo[:, None])
         chosen_word[row_start[r0 + rows] + cols[rows, ranks]] = True
         if redo.any():
             again = np.flatnonzero(redo)
             cols = np.argsort(wkeys[again], axis=1, kind="stable")
             accepted, _ = _greedy_words(np.take_along_axis(wlen[again], cols, axis=1), kk[again])
-            rows, ranks = np.nonzero(accepted)
+            rows, ranks = _nonzero_2d(accepted)
             chosen_word[row_start[r0 + again[rows]] + cols[rows, ranks]] = True
     return cand_pos[chosen_word[word_of_cand]]
+
+
+def _not_special(ids: np.ndarray, special_ids: np.ndarray) -> np.ndarray:
+    """``~np.isin(ids, special_ids)`` for non-negative ids, by a table lookup (3x faster)."""
+    special_ids = np.asarray(special_ids)
+    if special_ids.size == 0 or int(special_ids.min()) < 0:
+        return ~np.isin(ids, special_ids)
+    top = int(special_ids.max()) + 1
+    table = np.ones(top + 1, dtype=bool)
+    table[special_ids] = False  # table[top]: every id above the specials
+    return table[np.minimum(ids, top)]
 
 
 def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator) -> tuple[InstanceBatch, MaskStats]:
@@ -194,7 +224,7 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     ids = batch.input_ids
     offsets = batch.offsets
     lens = np.diff(offsets)
-    cand = ~np.isin(ids, spec.special_ids)
+    cand = _not_special(ids, spec.special_ids)
     target = num_to_predict(lens, spec.masked_lm_prob, spec.max_predictions)
     if spec.do_whole_word_mask:
         if spec.is_continuation is None:

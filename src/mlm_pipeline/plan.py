@@ -1,9 +1,10 @@
 """Plan: from input paths to a list of tasks, before any data is processed.
 
-The planner lists files and their sizes and cuts big uncompressed files into nominal byte ranges
-(readers align each range on document boundaries, so the planner never reads the data); small
-files are grouped so that a task is roughly ``split_bytes`` of input (by default a size derived
-from the total input, ``auto_split_bytes``). Task ids and seeds come from the plan order alone —
+The planner lists files and their sizes, learns each file's input format (set, or detected by
+the registry in ``read``) and lets that format cut the file into pieces (nominal byte ranges
+that its reader aligns on document boundaries, so the data is not read; whole compressed files;
+Parquet row groups); small pieces are grouped so that a task is roughly ``split_bytes`` of input
+(by default a size derived from the total input, ``auto_split_bytes``). Task ids and seeds come from the plan order alone —
 never from worker count or scheduling — so any executor reproduces the same shards.
 """
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.read.base import InputError, Piece, detect_format, sniff
-from mlm_pipeline.read.ranges import split_file
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.instances import get_objective
+from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class Task:
     index: int
     pieces: tuple[Piece, ...]
     input_bytes: int
+    count: int = 1  # tasks in the plan (not part of the task's identity: left out of to_dict)
 
     def seed_sequence(self, random_seed: int, *extra: int) -> np.random.SeedSequence:
         """Seed from (global seed, task index[, block index...]) only."""
@@ -36,7 +41,7 @@ class Task:
         return "; ".join(p.describe() for p in self.pieces)
 
     def to_dict(self) -> dict:
-        return {"task_id": self.task_id, "pieces": [asdict(p) for p in self.pieces], "input_bytes": self.input_bytes}
+        return {"task_id": self.task_id, "pieces": [p.to_dict() for p in self.pieces], "input_bytes": self.input_bytes}
 
 
 MIB = 1 << 20
@@ -60,62 +65,124 @@ def auto_split_bytes(total_bytes: int) -> int:
 
 @dataclass
 class Plan:
+    """The tasks of a run, in plan order, and its input files. Not changed once made (the
+    fingerprint is computed once)."""
+
     tasks: list[Task]
     files: list[dict]
     skipped_files: list[dict] = field(default_factory=list)
     split_bytes: int = 0  # the task size used (set or auto)
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def fingerprint(self) -> str:
-        blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()
+        """sha256 of the tasks as sorted-key JSON: what must match for a run to be resumed."""
+        if self._fingerprint is None:
+            blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True).encode()
+            self._fingerprint = hashlib.sha256(blob).hexdigest()
+        return self._fingerprint
 
     @property
     def input_bytes(self) -> int:
         return sum(t.input_bytes for t in self.tasks)
 
 
-def _piece_bytes(piece: Piece, size: int, n_pieces: int) -> int:
-    if piece.fmt == "parquet":
-        return max(1, size // max(1, n_pieces))
-    end = size if piece.end is None else piece.end
-    return max(0, end - piece.start)
-
-
 def plan_tasks(config: PrepareConfig) -> Plan:
     """Tasks for the configured inputs. Raises ``InputError`` for inputs that cannot be used."""
-    urls = fs.expand_inputs(config.inputs)
-    usable: list[tuple[str, int, str]] = []
-    skipped: list[dict] = []
-    for url in urls:
-        try:
-            size = fs.file_size(url)
-        except (OSError, PermissionError) as exc:
-            raise InputError(f"cannot read {url}: {exc}") from exc
-        if size == 0:
-            skipped.append({"path": url, "reason": "empty_file"})
-            continue
-        try:
-            reason = sniff(url)
-        except PermissionError as exc:
-            raise InputError(f"cannot read {url}: permission denied") from exc
-        except OSError as exc:
-            raise InputError(f"cannot read {url}: {exc}") from exc
-        if reason:
-            skipped.append({"path": url, "reason": "binary", "detail": reason})
-            continue
-        fmt = detect_format(url) if config.input_format == "auto" else config.input_format
-        usable.append((url, size, fmt))
-
-    split_bytes = config.split_bytes or auto_split_bytes(sum(size for _, size, _ in usable))
+    options = ReadOptions.from_config(config)
+    listed = fs.list_inputs(config.inputs)
+    usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
+    split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
+    reference = get_objective(config.objective).reference if config.reference else None
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
-    for url, size, fmt in usable:
+    for f in usable:
+        plugin = get_input_format(f.fmt)
         # reference mode reads each file whole, like the reference script
-        file_pieces = split_file(url, fmt, size, size if config.reference else split_bytes)
-        files.append({"path": url, "bytes": size, "format": fmt, "pieces": len(file_pieces)})
-        for p in file_pieces:
-            pieces.append((p, _piece_bytes(p, size, len(file_pieces))))
+        file_pieces = plugin.split(f.url, f.size, f.size if reference is not None else split_bytes, options)
+        files.append({"path": f.url, "bytes": f.size, "format": f.fmt, "pieces": len(file_pieces)})
+        if f.side_files:
+            files[-1]["side_files"] = list(f.side_files)
+        pieces.extend((p, plugin.piece_bytes(p, f.size, len(file_pieces))) for p in file_pieces)
+    # a reference mode's unit: one task per file, or the whole corpus in one task
+    unit = reference.unit if reference is not None else None
+    task_bytes = sum(nbytes for _, nbytes in pieces) if unit == "corpus" else split_bytes
+    tasks = _group(pieces, task_bytes, one_piece_per_task=unit == "file")
+    tasks = [replace(t, count=len(tasks)) for t in tasks]
+    if not tasks:
+        detail = ", ".join(f"{s['path']} ({s.get('detail', s['reason'])})" for s in skipped)
+        raise InputError("no usable input: every input file was skipped: " + detail)
+    return Plan(tasks=tasks, files=files, skipped_files=skipped, split_bytes=split_bytes)
 
+
+class _Input(NamedTuple):
+    url: str
+    size: int
+    fmt: str
+    side_files: tuple[str, ...]
+
+
+SNIFF_THREADS = 32
+"""Inputs on an object store sniffed at once: each sniff is a request (tens of ms), and a
+corpus of 100,000 files sniffed one by one would plan for half an hour at 20 ms a request. (The
+client may allow fewer: s3fs keeps 10 connections unless configured otherwise.)"""
+
+
+def usable_inputs(
+    urls: list[str], input_format: str, options: ReadOptions, *, sizes: dict[str, int] | None = None
+) -> tuple[list[_Input], list[dict]]:
+    """The inputs to read, and the skipped ones with their reason: ``empty_file``, ``binary``
+    (the format's binary check) or ``side_file`` (read by another input, such as a dump's
+    index). ``sizes`` (from the listing) spares a metadata request per file.
+
+    Remote inputs are sniffed ``SNIFF_THREADS`` at a time; the result, and the error raised for
+    an unreadable input (the first in input order), are those of a sniff one by one.
+    """
+    def sniff(part: list[str]) -> list[_Input | dict]:
+        return [_sniff(url, None if sizes is None else sizes.get(url), input_format, options) for url in part]
+
+    if len(urls) > 1 and not all(fs.is_local(u) for u in urls):
+        pool = ThreadPoolExecutor(SNIFF_THREADS, thread_name_prefix="sniff")
+        try:  # 64 inputs a job: a future per input costs as much as a sniff
+            parts = pool.map(sniff, [urls[i:i + 64] for i in range(0, len(urls), 64)])
+            sniffed = [f for part in parts for f in part]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    else:
+        sniffed = sniff(urls)
+    usable = [f for f in sniffed if isinstance(f, _Input)]
+    skipped = [f for f in sniffed if isinstance(f, dict)]
+    read_by = {side: f.url for f in usable for side in f.side_files}
+    for f in usable:
+        if f.url in read_by:
+            skipped.append({"path": f.url, "reason": "side_file", "detail": f"read with {read_by[f.url]}"})
+    return [f for f in usable if f.url not in read_by], skipped
+
+
+def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) -> _Input | dict:
+    """One input, ready to plan, or its skip record."""
+    try:
+        if size is None:
+            size = fs.file_size(url)
+    except (OSError, PermissionError) as exc:
+        raise InputError(f"cannot read {url}: {exc}") from exc
+    if size == 0:
+        return {"path": url, "reason": "empty_file"}
+    sample = InputSample(url, size)
+    try:
+        fmt = detect_format(sample) if input_format == "auto" else input_format
+        reason = get_input_format(fmt).binary_reason(sample)
+    except PermissionError as exc:
+        raise InputError(f"cannot read {url}: permission denied") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {url}: {exc}") from exc
+    if reason:
+        return {"path": url, "reason": "binary", "detail": reason}
+    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options))
+
+
+def _group(pieces: list[tuple[Piece, int]], split_bytes: int, *, one_piece_per_task: bool) -> list[Task]:
+    """Consecutive pieces grouped into tasks of up to ``split_bytes`` input bytes (a bigger
+    piece is a task alone), in plan order; ids and indices count from 0."""
     tasks: list[Task] = []
     group: list[Piece] = []
     group_bytes = 0
@@ -128,16 +195,9 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         group, group_bytes = [], 0
 
     for piece, nbytes in pieces:
-        if config.reference:  # the reference's unit is one file: never group
-            group, group_bytes = [piece], nbytes
-            flush()
-            continue
-        if group and group_bytes + nbytes > split_bytes:
+        if group and (one_piece_per_task or group_bytes + nbytes > split_bytes):
             flush()
         group.append(piece)
         group_bytes += nbytes
     flush()
-    if not tasks:
-        detail = ", ".join(f"{s['path']} ({s.get('detail', s['reason'])})" for s in skipped)
-        raise InputError("no usable input: every input file was skipped: " + detail)
-    return Plan(tasks=tasks, files=files, skipped_files=skipped, split_bytes=split_bytes)
+    return tasks

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+SHOWN_FILES = 10
+"""Skipped input files listed by name (the rest are counted)."""
+
 
 def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
     if not hist:
@@ -43,6 +46,26 @@ def render_summary(manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
+def _pair_lines(t: dict) -> list[str]:
+    inst = t.get("instances", 0)
+    return [
+        f"  random-next (NSP label 1): {t.get('random_next', 0):,} ({_share(t.get('random_next', 0), inst)})",
+        f"  documents with a short target length: {t.get('short_target_documents', 0):,}; "
+        f"truncated pairs {t.get('truncated_pairs', 0):,}",
+    ]
+
+
+def _electra_lines(t: dict) -> list[str]:
+    """ELECTRA examples: their segment and target-length draws (masking happens at training)."""
+    inst = t.get("instances", 0)
+    return [
+        f"  one segment: {t['single_segment']:,} ({_share(t['single_segment'], inst)}); drawn as one segment "
+        f"{t.get('one_segment_draws', 0):,} ({_share(t.get('one_segment_draws', 0), inst)})",
+        f"  random target length: {t.get('random_target', 0):,} ({_share(t.get('random_target', 0), inst)}); "
+        f"truncated examples {t.get('truncated_examples', 0):,}, tokens dropped {t.get('dropped_tokens', 0):,}",
+    ]
+
+
 def render_report(manifest: dict) -> str:
     t = manifest["totals"]
     masked = t.get("masked_tokens", 0)
@@ -55,19 +78,21 @@ def render_report(manifest: dict) -> str:
         "input",
         f"  files {len(manifest.get('inputs', []))}, skipped files {len(manifest.get('skipped_files', []))}, "
         f"bytes read {t.get('bytes_read', 0):,}",
-        f"  documents read {t.get('documents_read', 0):,}, sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}",
     ]
-    for reason, count in sorted(t.get("documents_skipped", {}).items()):
-        lines.append(f"  skipped documents ({reason}): {count:,}")
+    for f in manifest.get("skipped_files", [])[:SHOWN_FILES]:
+        lines.append(f"    skipped {f['path']}: {f['reason']}" + (f" ({f['detail']})" if f.get("detail") else ""))
+    read, skipped = t.get("documents_read", 0), t.get("documents_skipped", {})
+    lines.append(f"  documents seen {read + sum(skipped.values()):,}: read {read:,}, skipped {sum(skipped.values()):,}")
+    for reason, count in sorted(skipped.items()):
+        lines.append(f"    skipped documents ({reason}): {count:,}")
+    lines.append(f"  sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}")
     if t.get("documents_with_replaced_bytes"):
         lines.append(f"  documents with invalid UTF-8 replaced: {t['documents_with_replaced_bytes']:,}")
     lines += [
         "",
         "output",
         f"  instances {inst:,} in {t.get('shards', 0)} shards ({t.get('bytes_written', 0):,} bytes)",
-        f"  random-next (NSP label 1): {t.get('random_next', 0):,} ({_share(t.get('random_next', 0), inst)})",
-        f"  documents with a short target length: {t.get('short_target_documents', 0):,}; "
-        f"truncated pairs {t.get('truncated_pairs', 0):,}",
+        *(_electra_lines(t) if "single_segment" in t else _pair_lines(t)),
         f"  masked tokens {masked:,} ({masked / max(1, inst):.2f} per instance): "
         f"[MASK] {_share(t.get('masked_as_mask_token', 0), masked)}, "
         f"random {_share(t.get('masked_as_random_token', 0), masked)}, "

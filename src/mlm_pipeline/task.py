@@ -11,32 +11,47 @@ marker is redone from scratch on resume, and its shards are rewritten identicall
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from typing import Callable
 
 import numpy as np
 
-from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.instances import BuildContext, ReferenceContext, TokenizedDocs, get_objective
 from mlm_pipeline.instances.batch import InstanceBatch
-from mlm_pipeline.instances.bert_nsp import TokenizedDocs, build_nsp_instances
-from mlm_pipeline.instances.packed import build_single_segment_instances
 from mlm_pipeline.masking import MaskingSpec, mask_batch
 from mlm_pipeline.plan import Task
 from mlm_pipeline.read import ReadOptions, iter_documents
+from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
-from mlm_pipeline.write.shards import ShardSink
-
-TASKS_DIR = "_tasks"
+from mlm_pipeline.formats.sink import open_sink
 
 ProgressFn = Callable[[dict], None]
 
 
-def marker_url(output: str, task_id: str) -> str:
-    return fs.join(output, TASKS_DIR, f"{task_id}.json")
+def text_bytes(sentences: list[str]) -> int:
+    """UTF-8 size of the sentences, what ``block_bytes`` counts. An ASCII string's size is its
+    length (``isascii`` is a flag check in CPython); only the others are encoded (lone
+    surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
+    return sum(len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass")) for s in sentences)
+
+
+CHECK_BYTES = 64 << 10
+"""How much of a task's first block the backend check encodes twice (HF is ~80x slower than
+the fast backend, so checking a whole 4 MB block would cost as much as the task's own work)."""
+
+
+def first_texts(documents: list[list[str]], budget: int = CHECK_BYTES) -> list[str]:
+    texts, size = [], 0
+    for doc in documents:
+        for s in doc:
+            texts.append(s)
+            size += len(s)
+            if size >= budget:
+                return texts
+    return texts
 
 
 def tokenize_documents(
@@ -102,101 +117,54 @@ def _process_block(
     block_stats: _BlockStats,
     sink: ShardSink,
 ) -> None:
+    """Tokenize a block, build its instances with the configured objective, mask, write."""
+    if block_index == 0:  # the fast backend must agree with HF on this task's own text too
+        tok.check_block(first_texts(documents), f"task {task.task_id}")
     docs = tokenize_documents(documents, tok, read_stats)
     if len(docs.doc_sentences) == 0:
         return
     rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
     # instances come out of building already in their shuffled order (no second gather)
-    if config.objective == "nsp":
-        batch, pair_stats = build_nsp_instances(
-            docs,
-            max_seq_length=config.max_seq_length,
-            short_seq_prob=config.short_seq_prob,
-            dupe_factor=config.dupe_factor,
-            cls_id=tok.special.cls,
-            sep_id=tok.special.sep,
-            rng=rng,
-            shuffle=True,
-        )
-        pairs = pair_stats.to_dict()
-    else:
-        # one packing, dupe_factor copies of each instance (masked apart below), shuffled
-        once = build_single_segment_instances(
-            docs, objective=config.objective, max_seq_length=config.max_seq_length,
-            cls_id=tok.special.cls, sep_id=tok.special.sep,
-        )
-        batch = once.take(rng.permutation(len(once) * config.dupe_factor) % len(once))
-        pairs = {"instances": len(batch)}
+    batch, counts = get_objective(config.objective).build(docs, BuildContext(config, tok, rng))
     mask_stats = {}
     if config.masking == "static":
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
         mask_stats = masked.to_dict()
-    block_stats.add(batch, pairs, mask_stats, len(docs.ids))
+    block_stats.add(batch, counts, mask_stats, len(docs.ids))
     sink.write(batch)
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
                    block_stats: _BlockStats, sink: ShardSink) -> None:
-    """Reference mode: one whole file, the reference's parsing, algorithm and random stream."""
-    from mlm_pipeline.instances.reference import reference_instances_for_file
-
-    (piece,) = task.pieces
-    batch = reference_instances_for_file(
-        piece.url,
-        tok,
-        max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq,
-        masked_lm_prob=config.masked_lm_prob,
-        dupe_factor=config.dupe_factor,
-        short_seq_prob=config.short_seq_prob,
-        do_whole_word_mask=config.do_whole_word_mask,
-        random_seed=config.random_seed,
-        stats=read_stats,
-    )
-    pairs = {"instances": len(batch), "random_next": int(batch.next_sentence_labels.sum())}
-    block_stats.add(batch, pairs, _mask_counts(batch, tok.special.mask), int(batch.lengths.sum() - 3 * len(batch)))
-    sink.write(batch)
-
-
-def _mask_counts(batch: InstanceBatch, mask_id: int) -> dict:
-    """Masking stats recovered from a masked batch (for builders that mask on their own)."""
-    rows = np.repeat(np.arange(len(batch)), batch.masked_counts)
-    shown = batch.input_ids[batch.offsets[rows] + batch.masked_lm_positions]
-    as_mask = shown == mask_id
-    kept = ~as_mask & (shown == batch.masked_lm_ids)
-    return {
-        "masked_tokens": int(len(shown)),
-        "masked_as_mask_token": int(as_mask.sum()),
-        "masked_as_random_token": int((~as_mask & ~kept).sum()),
-        "masked_kept": int(kept.sum()),
-    }
+    """Reference mode: the objective's reference reads the task's files whole, with its own
+    parsing, algorithm, random stream and (if any) masking."""
+    reference = get_objective(config.objective).reference
+    ctx = ReferenceContext(settings=config, tokenizer=tok, read_stats=read_stats)
+    for batch, counts in reference.build([piece.url for piece in task.pieces], ctx):
+        counts = dict(counts)
+        tokens = counts.pop("tokens", 0)
+        block_stats.add(batch, counts, {}, tokens)
+        sink.write(batch)
 
 
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
-    """Process one task completely and return its marker (also written to ``_tasks/ID.json``)."""
+    """Process one task completely and return its marker, which it writes last (the task is done)."""
     started = time.time()
-    tok = load_tokenizer(config.tokenizer, config.do_lower_case)
-    options = ReadOptions(
-        text_field=config.text_field,
-        on_decode_error=config.on_decode_error,
-        max_line_bytes=config.max_line_bytes,
-    )
+    tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
+                         backend=config.tokenizer_backend)
+    options = ReadOptions.from_config(config)
     read_stats = ReadStats()
     block_stats = _BlockStats()
-    sink = ShardSink(
-        config.output,
-        task.task_id,
-        fmt=config.format,
-        max_instances_per_shard=config.max_instances_per_shard,
-        max_seq_length=config.max_seq_length,
-        max_predictions=config.max_predictions_per_seq,
-    )
+    # ELECTRA's layout (three features) has no masked-LM slots at all
+    sequence_only = get_objective(config.objective).writes_sequence_features_only(config.masking)
+    sink = open_sink(config, task.task_id, task_index=task.index, task_count=task.count,
+                     max_predictions=0 if sequence_only else config.max_predictions_per_seq)
     try:
         if config.reference:
             _run_reference(task, config, tok, read_stats, block_stats, sink)
         else:
             block: list[list[str]] = []
-            block_chars = 0
+            block_size = 0
             block_index = 0
             last = {"documents": 0, "bytes": 0, "tokens": 0}
 
@@ -210,10 +178,10 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
             for piece in task.pieces:
                 for doc in iter_documents(piece, options, read_stats):
                     block.append(doc)
-                    block_chars += sum(len(s) for s in doc)
-                    if block_chars >= config.block_bytes:
+                    block_size += text_bytes(doc)
+                    if block_size >= config.block_bytes:
                         _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink)
-                        block, block_chars = [], 0
+                        block, block_size = [], 0
                         block_index += 1
                         report()
             if block:
@@ -230,6 +198,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         "shards": shards,
         "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict()]),
         "seconds": round(time.time() - started, 3),
+        "tokenizer_backend": tok.backend_info,
     }
-    fs.atomic_write_bytes(marker_url(config.output, task.task_id), json.dumps(marker, indent=1).encode())
+    write_marker(config.output, marker)
     return marker

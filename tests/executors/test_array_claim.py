@@ -108,7 +108,8 @@ def test_array_workers_split_the_tasks_and_the_last_writes_the_manifest(seaweedf
     expected_2 = [f"{i:05d}" for i in range(local_baseline["tasks"]) if i % 3 == 2]
     assert sorted(k[len("_tasks/"):-5] for k in seaweedfs.keys(out) if k.startswith("_tasks/")) == expected_2
     assert "manifest.json" not in seaweedfs.keys(out)
-    from mlm_pipeline.finalize import IncompleteRun, finalize
+    from mlm_pipeline.errors import IncompleteRun
+    from mlm_pipeline.run.manifest import finalize
 
     with s3_env(seaweedfs), pytest.raises(IncompleteRun) as missing:
         finalize(out)
@@ -143,7 +144,7 @@ def test_claim_on_a_local_directory(tmp_path, local_baseline):
 
 
 def test_finalize_rewrites_a_local_manifest_from_markers(tmp_path, local_baseline):
-    from mlm_pipeline.finalize import finalize
+    from mlm_pipeline.run.manifest import finalize
     from mlm_pipeline.pipeline import run_prepare
 
     out = tmp_path / "out"

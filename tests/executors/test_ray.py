@@ -68,10 +68,22 @@ def test_rerun_on_ray_resumes_nothing_to_do(ray_cluster, tmp_path, local_baselin
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "shards").iterdir()} == stamp
 
 
-def test_failed_task_reports_its_input_range(ray_cluster, tmp_path):
-    from mlm_pipeline.executors.local import TaskFailed
+def test_array_shares_run_on_ray_add_up_to_the_local_run(ray_cluster, local_baseline, tmp_path):
+    """Array mode is a task filter any executor applies: two ranks on Ray give the local run's shards."""
     from mlm_pipeline.pipeline import run_prepare
-    from mlm_pipeline.read.base import InputError
+
+    summaries = [run_prepare(make_config(INPUTS, tmp_path, executor="ray", ray_address=ray_cluster.address,
+                                         task_rank=rank, task_count=2), show_progress=False) for rank in (0, 1)]
+    tasks = [f"{i:05d}" for i in range(local_baseline["tasks"])]
+    assert sorted(summaries[0]["ran"]) == tasks[0::2] and sorted(summaries[1]["ran"]) == tasks[1::2]
+    assert summaries[0]["manifest"] is None  # rank 1 finished last and wrote it
+    assert comparable(summaries[1]["manifest"]) == comparable(local_baseline)
+    _files_equal(local_baseline["_dir"], tmp_path, summaries[1]["manifest"])
+
+
+def test_failed_task_reports_its_input_range(ray_cluster, tmp_path):
+    from mlm_pipeline.errors import InputError, TaskFailed
+    from mlm_pipeline.pipeline import run_prepare
 
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"A good sentence here.\nAnother one.\n\nBroken \xff\xfe bytes in this line.\n")

@@ -40,7 +40,7 @@ def test_compact_padding_holds_the_same_values(ids_high, nsp, seq):
 
 
 def test_tfrecord_bytes_do_not_depend_on_the_padding_dtype():
-    from mlm_pipeline.write.tfrecord import encode_examples, encode_tfrecord
+    from mlm_pipeline.formats.tfrecord import encode_examples, encode_tfrecord
 
     batch = _batch(30522)
     assert encode_tfrecord(batch, max_seq_length=16, max_predictions=5) == encode_examples(batch.padded(16, 5))

@@ -1,28 +1,15 @@
-"""FULL-SENTENCES packing and token windows: exact boundaries on hand-built documents."""
+"""FULL-SENTENCES packing: exact boundaries on hand-built documents."""
 
 from __future__ import annotations
 
-import numpy as np
+from mlm_pipeline.instances.packed import build_packed_instances
 
-from mlm_pipeline.instances.bert_nsp import TokenizedDocs
-from mlm_pipeline.instances.packed import build_single_segment_instances
-
-CLS, SEP = 101, 102
-
-
-def docs_of(doc_sentence_lengths: list[list[int]]) -> TokenizedDocs:
-    lens = [n for d in doc_sentence_lengths for n in d]
-    ids = np.arange(1000, 1000 + sum(lens), dtype=np.int32)  # distinct ids to follow tokens
-    return TokenizedDocs(ids=ids, sentence_lengths=np.array(lens), doc_sentences=np.array([len(d) for d in doc_sentence_lengths]))
-
-
-def bodies(batch) -> list[list[int]]:
-    return [batch.row(i)["input_ids"][1:-1] for i in range(len(batch))]
+from instances.helpers import CLS, SEP, bodies, docs_of
 
 
 def test_whole_sentences_are_packed_across_documents_with_a_separator():
     docs = docs_of([[3, 4], [2, 6]])  # tokens 1000..1014
-    batch = build_single_segment_instances(docs, objective="packed", max_seq_length=12, cls_id=CLS, sep_id=SEP)
+    batch = build_packed_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP)
     # cap 10: [3+4 | sep | 2] = 10, then [6]
     assert bodies(batch) == [
         [1000, 1001, 1002, 1003, 1004, 1005, 1006, SEP, 1007, 1008],
@@ -34,17 +21,10 @@ def test_whole_sentences_are_packed_across_documents_with_a_separator():
 
 def test_a_sentence_never_splits_unless_longer_than_an_instance():
     docs = docs_of([[4, 4, 4], [13]])
-    batch = build_single_segment_instances(docs, objective="packed", max_seq_length=12, cls_id=CLS, sep_id=SEP)
+    batch = build_packed_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP)
     lens = [len(b) for b in bodies(batch)]
     # [4+4] (third sentence does not fit), [4 + sep] -> separator trimmed, [10], [3]
     assert lens == [8, 4, 10, 3]
     flat = [t for b in bodies(batch) for t in b if t != SEP]
     assert flat == list(range(1000, 1025))  # every token once, in order
 
-
-def test_token_windows_cover_the_stream():
-    docs = docs_of([[5, 5], [7]])
-    batch = build_single_segment_instances(docs, objective="tokens", max_seq_length=6, cls_id=CLS, sep_id=SEP)
-    assert [len(b) for b in bodies(batch)] == [4, 4, 4, 4, 2]  # a stream of 18 incl. one separator
-    flat = [t for b in bodies(batch) for t in b if t != SEP]
-    assert flat == list(range(1000, 1017))

@@ -27,7 +27,7 @@ def prepare_output(out: Path, *, fmt: str, max_seq_length: int = 128) -> str:
 def write_output(out: Path, batches: list, *, fmt: str, objective: str, masking: str,
                  max_seq_length: int = 128, max_predictions: int = 20) -> str:
     """A hand-made prepared output: one shard per batch (empty batches give empty shards)."""
-    from mlm_pipeline.write.shards import ShardSink
+    from mlm_pipeline.formats.sink import ShardSink
 
     shards = []
     for i, batch in enumerate(batches):

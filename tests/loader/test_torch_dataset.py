@@ -302,16 +302,16 @@ def test_reads_through_a_non_local_filesystem(parquet_out, tfrecord_out):
 
 def test_windows_bound_what_is_read(parquet_out, monkeypatch):
     """A worker reads each of its rows once, and only rows of its own windows."""
-    from mlm_pipeline.torch import dataset as dataset_mod
+    from mlm_pipeline.torch.manifest import ShardRowReader
 
     reads = Counter()
-    original = dataset_mod._ShardReader.read
+    original = ShardRowReader.read
 
     def counting(self, shard, start, stop):
-        reads.update((shard.url, r) for r in range(start, stop))
+        reads.update((shard, r) for r in range(start, stop))
         return original(self, shard, start, stop)
 
-    monkeypatch.setattr(dataset_mod._ShardReader, "read", counting)
+    monkeypatch.setattr(ShardRowReader, "read", counting)
     ds = MLMDataset(parquet_out, seed=5, shuffle_buffer=64, rank=1, world_size=3)
     n = sum(1 for _ in ds)
     assert len(reads) == n and set(reads.values()) == {1}

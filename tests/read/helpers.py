@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
-from mlm_pipeline.read.base import Piece, ReadOptions, iter_documents
-from mlm_pipeline.read.ranges import split_file
+from mlm_pipeline.read import Piece, ReadOptions, get_input_format, iter_documents
 from mlm_pipeline.stats import ReadStats
+
+
+def split_file(path, fmt: str, size: int, split_bytes: int, options: ReadOptions | None = None):
+    """The pieces the planner gets for one file (its format's ``split``)."""
+    return get_input_format(fmt).split(str(path), size, split_bytes, options or ReadOptions())
 
 
 def read_whole(path, fmt: str, options: ReadOptions | None = None, **piece_kw):

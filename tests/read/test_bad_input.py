@@ -12,10 +12,11 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import ZstdFrameCheck, split_file
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read import Piece, ReadOptions
+from mlm_pipeline.read.compression import ZstdFrameCheck
 
-from .helpers import read_whole
+from .helpers import read_whole, split_file
 
 MB = 1 << 20
 

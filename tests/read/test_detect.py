@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from mlm_pipeline.read.base import InputError, detect_format, sniff
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read import detect_format, sniff
 
 
 def test_detect_sample_files(sample_dir):
@@ -87,3 +88,18 @@ def test_sniff(tmp_path, sample_dir, data_dir):
     assert sniff(str(empty)) is None
     with pytest.raises(InputError, match="no such file"):
         sniff(str(tmp_path / "missing.txt"))
+
+
+@pytest.mark.parametrize(
+    "content, fmt",
+    [
+        (b"\n" * 9000 + b'{"text": "x"}\n', "jsonl"),  # blank lines past the first 8 KiB
+        (b'<doc id="1" title="' + b"x" * 9000 + b'">\nx\n</doc>\n', "wikiextractor"),  # a first line over 8 KiB
+        (b" \n" * 4000 + b"<doc>" + b"y" * 70000 + b"\n", "wikiextractor"),  # ...cut at 64 KiB
+        (b"\n" * 70000 + b'{"text": "x"}\n', "text"),  # nothing but blank lines in the first 64 KiB
+    ],
+)
+def test_detection_looks_past_the_first_8_kib_when_the_first_line_needs_it(tmp_path, content, fmt):
+    path = tmp_path / "data"
+    path.write_bytes(content)
+    assert detect_format(str(path)) == fmt

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from mlm_pipeline.read.base import InputError, ReadOptions
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read import ReadOptions
 from mlm_pipeline.read.sentences import split_sentences
 
 from .helpers import read_whole

@@ -2,10 +2,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import split_file
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read import Piece, ReadOptions
 
-from .helpers import read_pieces, read_whole
+from .helpers import read_pieces, read_whole, split_file
 
 
 @pytest.fixture(scope="module")
@@ -98,5 +98,5 @@ def test_large_string_and_empty_file(tmp_path):
 
 
 def test_row_group_range_beyond_file_is_an_error(parquet_file):
-    with pytest.raises(InputError, match="only 10 row groups"):
+    with pytest.raises(InputError, match=r"\[row groups 5:11\]: the file has only 10 row groups"):
         read_whole(parquet_file, "parquet", start=5, end=11)

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mlm_pipeline.read import ranges
-from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import LineReader, split_file
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read import Piece, ReadOptions, ranges
+from mlm_pipeline.read.ranges import LineReader
 
-from .helpers import read_cuts, read_split, read_whole
+from .helpers import read_cuts, read_split, read_whole, split_file
 
 SETTINGS = settings(
     max_examples=25,
@@ -170,7 +170,7 @@ def test_owner_of_a_document_is_the_range_of_its_preceding_blank_line(tmp_path):
 
 
 def read_cuts_range(path, s, e, opts):
-    from mlm_pipeline.read.base import iter_documents
+    from mlm_pipeline.read import iter_documents
     from mlm_pipeline.stats import ReadStats
 
     return list(iter_documents(Piece(str(path), "text", s, e), opts, ReadStats()))
@@ -273,7 +273,7 @@ def test_non_local_filesystem_through_fsspec(corpus):
     """Files are opened through fsspec: an in-memory filesystem reads like local disk."""
     import fsspec
 
-    from mlm_pipeline.read.base import detect_format, iter_documents
+    from mlm_pipeline.read import detect_format, iter_documents
     from mlm_pipeline.stats import ReadStats
 
     path, fmt, (docs, stats) = corpus["wikiextractor"]

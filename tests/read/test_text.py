@@ -1,6 +1,6 @@
 import pytest
 
-from mlm_pipeline.read.base import ReadOptions
+from mlm_pipeline.read import ReadOptions
 
 from .helpers import read_whole, text_oracle
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from mlm_pipeline.claim import LeaseManager, lease_url
+from mlm_pipeline.executors.leases import LeaseManager
+from mlm_pipeline.run.layout import lease_url
 
 
 class Clock:
@@ -50,7 +51,7 @@ def test_lease_ages_from_the_listing(tmp_path):
     import os
     import time
 
-    from mlm_pipeline.executors.array import lease_ages
+    from mlm_pipeline.executors.leases import lease_ages
 
     assert lease_ages(str(tmp_path / "_leases")) == {}
     manager = LeaseManager(str(tmp_path), "a", ttl=10)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterator
+from typing import Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.executors.local import TaskFailed
+from mlm_pipeline.environment import configure_process
+from mlm_pipeline.errors import TaskFailed
+from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers, run_one
 from mlm_pipeline.plan import Task
 
 log = logging.getLogger("mlm_pipeline")
@@ -37,15 +39,9 @@ LOCAL_OBJECT_STORE_BYTES = 256 << 20  # markers are tiny: the private instance n
 
 
 def _ray_task(task: Task, config: PrepareConfig) -> dict:
-    """Body of one Ray task (runs in a Ray worker process)."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    endpoint = getattr(config, "s3_endpoint_url", None)
-    if endpoint:
-        os.environ["AWS_ENDPOINT_URL"] = endpoint
-    from mlm_pipeline.task import run_task
-
-    return run_task(task, config)
+    """Body of one Ray task (runs in a Ray worker process, maybe on another machine)."""
+    configure_process(config.s3_endpoint_url, runs_tasks=True)
+    return run_one(task, config)
 
 
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
@@ -72,6 +68,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
 
 
 def _progress_of(marker: dict) -> dict:
+    """A whole task's progress increment, from its marker (Ray tasks report when they finish)."""
     stats = marker.get("stats", {})
     return {"bytes": stats.get("bytes_read", 0), "documents": stats.get("documents_read", 0),
             "tokens": stats.get("tokens", 0)}
@@ -83,46 +80,50 @@ def _cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
-def run_ray(
-    tasks: list[Task],
-    config: PrepareConfig,
-    on_progress: Callable[[dict], None],
-    *,
-    max_retries: int = MAX_RETRIES,
-) -> Iterator[dict]:
-    """Run ``tasks`` as Ray tasks, yielding each task's marker as it completes (any order)."""
-    if not tasks:
-        return
-    import ray
-    from ray.exceptions import RayError, RayTaskError
+class RayExecutor:
+    """Runs tasks as Ray tasks (``config.ray_address``; ``config.workers`` CPUs for a private instance)."""
 
-    from mlm_pipeline.pipeline import default_workers
+    def __init__(self, config: PrepareConfig, *, max_retries: int = MAX_RETRIES):
+        self.config = config
+        self.max_retries = max_retries
 
-    started = connect(config.ray_address, num_cpus=config.workers or default_workers())
-    remote = ray.remote(_ray_task)
-    options = {"num_cpus": 1, "max_retries": max_retries, "retry_exceptions": False}
-    pending: dict = {}
-    try:
-        config_ref = ray.put(config)
-        for task in tasks:
-            pending[remote.options(name=f"mlm-pipeline-task-{task.task_id}", **options).remote(task, config_ref)] = task
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in ready:
-                task = pending.pop(ref)
+    def run(self, tasks: Sequence[Task], on_progress: ProgressFn) -> Iterator[dict]:
+        """Yield each task's marker as it completes (any order)."""
+        if not tasks:
+            return
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        started = connect(self.config.ray_address, num_cpus=self.config.workers or default_workers())
+        remote = ray.remote(_ray_task)
+        options = {"num_cpus": 1, "max_retries": self.max_retries, "retry_exceptions": False}
+        pending: dict = {}
+        try:
+            config_ref = ray.put(self.config)
+            for task in tasks:
+                ref = remote.options(name=f"mlm-pipeline-task-{task.task_id}", **options).remote(task, config_ref)
+                pending[ref] = task
+            failures = Failures(len(tasks))
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    task = pending.pop(ref)
+                    try:
+                        marker = ray.get(ref)
+                    except RayTaskError as exc:
+                        failures.add(TaskFailed(task, _cause(exc)))
+                        continue
+                    except RayError as exc:  # worker/node lost more often than max_retries, ...
+                        failures.add(TaskFailed(task, exc))
+                        continue
+                    on_progress(_progress_of(marker))
+                    yield marker
+            failures.raise_if_any()
+        finally:
+            for ref in pending:
                 try:
-                    marker = ray.get(ref)
-                except RayTaskError as exc:
-                    raise TaskFailed(task, _cause(exc)) from exc
-                except RayError as exc:  # worker/node lost more often than max_retries, ...
-                    raise TaskFailed(task, exc) from exc
-                on_progress(_progress_of(marker))
-                yield marker
-    finally:
-        for ref in pending:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
-        if started:
-            ray.shutdown()
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+            if started:
+                ray.shutdown()

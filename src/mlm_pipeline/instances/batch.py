@@ -81,6 +81,20 @@ class InstanceBatch:
         return np.diff(self.masked_offsets)
 
     @classmethod
+    def unmasked(cls, input_ids: np.ndarray, segment_ids: np.ndarray, offsets: np.ndarray,
+                 next_sentence_labels: np.ndarray | None = None) -> "InstanceBatch":
+        """Instances as built, before masking (empty masked arrays)."""
+        return cls(
+            input_ids=input_ids,
+            segment_ids=segment_ids,
+            offsets=offsets,
+            masked_lm_positions=np.zeros(0, np.int32),
+            masked_lm_ids=np.zeros(0, np.int32),
+            masked_offsets=np.zeros(len(offsets), np.int64),
+            next_sentence_labels=next_sentence_labels,
+        )
+
+    @classmethod
     def empty(cls, *, with_nsp: bool = True) -> "InstanceBatch":
         return cls(
             input_ids=np.zeros(0, np.int32),
@@ -220,10 +234,15 @@ class InstanceBatch:
 
     @classmethod
     def from_padded(cls, features: dict[str, np.ndarray]) -> "InstanceBatch":
-        """Inverse of :meth:`padded` (readers of TFRecord shards use it)."""
+        """Inverse of :meth:`padded` (readers of TFRecord shards use it); without masked-LM
+        features (ELECTRA's layout) the batch has no masked positions."""
         input_mask = np.asarray(features["input_mask"])
         lens = input_mask.sum(axis=1).astype(np.int64)
         keep = np.asarray(input_mask, bool)
+        if "masked_lm_weights" not in features:
+            features = {**features, "masked_lm_weights": np.zeros((len(lens), 0), np.float32),
+                        "masked_lm_positions": np.zeros((len(lens), 0), np.int64),
+                        "masked_lm_ids": np.zeros((len(lens), 0), np.int64)}
         weights = np.asarray(features["masked_lm_weights"]) > 0
         mlens = weights.sum(axis=1).astype(np.int64)
         nsp = features.get("next_sentence_labels")

@@ -1,4 +1,4 @@
-"""Reference mode: the instances google-research/bert's ``create_pretraining_data.py`` writes.
+"""Reference mode of ``nsp``: the instances google-research/bert's ``create_pretraining_data.py`` writes.
 
 What it guarantees
 ------------------
@@ -9,21 +9,31 @@ the instances the reference script (commit ``eedf5716``) writes to ONE output fi
 same order, and every feature of every instance equal once padded (``InstanceBatch.padded``).
 The golden cases in ``tests/data/golden`` check this instance by instance.
 
-How: one ``random.Random(random_seed)`` is driven through exactly the reference's sequence of
-calls (document shuffle; per document the short-target draw; per chunk the ``a_end`` draw, the
-random-next coin, up to ten random-document draws and the start sentence, one draw per truncated
-token; per instance the candidate shuffle and one to three draws per masked token; the final
-instance shuffle). Everything that does not consume random numbers is done differently: segments
-are ``[start, end)`` ranges into one flat token array (truncation moves an end, it never copies),
-candidate shuffles permute ``range(n)``, and the ragged output arrays are assembled in one
-vectorised pass at the end.
+Reading it beside the script
+----------------------------
+The functions below carry the script's names and run its steps in its order, drawing from one
+``random.Random(random_seed)`` exactly the numbers it draws, in the same sequence::
 
-Reading follows TensorFlow's ``GFile.readline`` and the reference's tokenizer, not Python's:
-lines end at ``\\n`` only and every ``\\r`` is dropped (TF's line reader skips them, even inside
-a line); bytes are decoded as UTF-8 with invalid bytes ignored; literal ``[SEP]``/``[MASK]``...
-in the text are split like any other text (the Google tokenizer has no special-token matching);
-words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's default is 100);
-a word-final capital sigma lower-cases to ``ς`` (Python's ``str.lower``, which Google uses).
+    create_pretraining_data.py            here
+    main                                  reference_instances_for_file (one file)
+    create_training_instances: reading    reference_text: split_reference_lines,
+      and tokenizer.tokenize per line       read_reference_documents, tokenize_reference_documents
+    create_training_instances: the rest   create_training_instances
+    create_instances_from_document        create_instances_from_document
+      its "random next" branch              random_next_segment
+    truncate_seq_pair                     truncate_seq_pair
+    create_masked_lm_predictions          create_masked_lm_predictions (+ masked_token,
+      its cand_indexes loop                 candidate_words)
+    TrainingInstance (a list of them)     TrainingInstances (one column per field)
+    write_instance_to_example_files       TrainingInstances.to_batch (ids; padding is the writer's)
+
+Only what draws no random number is done differently: ``all_documents`` is one flat token array
+with per-document sentence boundaries, so a segment is a ``[start, end)`` range (truncation moves
+an end, it never copies); shuffles permute index lists (``Random.shuffle``'s draws depend only on
+the length); the ragged output arrays are assembled in one vectorised pass at the end.
+
+Reading follows TensorFlow's ``GFile.readline`` and the reference's tokenizer, not Python's
+(``reference_text.py`` says where they differ).
 
 What it costs
 -------------
@@ -40,546 +50,478 @@ tokenizers 0.23, tokenizer already loaded), read + tokenize + build:
     peak RSS growth: ~21-25 MB per MB of input, mostly the HF ``Encoding`` objects of the one
     batched tokenizer call; the built instances themselves are a few MB.
 
+Those figures were taken with an earlier single-loop version. Written as the script's steps (a
+call per step), building costs 10-20% more: best of 5, back to back on the same 2-core VM,
+0.130 s against 0.109 s (dupe 2, seq 128) and 0.104 s against 0.093 s (whole-word, seq 512).
+
 Building scales with ``dupe_factor`` (~30 us per instance); memory with the input file. Reference
-mode is for reproducing and checking, not for big corpora: the sharded BERT builder is the
+mode is for reproducing and checking, not for big corpora: the sharded ``nsp`` builder is the
 production path.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import random
-import unicodedata
 from bisect import bisect_left
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import fsspec
 import numpy as np
-from tokenizers import Tokenizer
 
+from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.instances.base import ReferenceContext, ReferenceMode
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.instances.reference_text import (
+    read_reference_documents,
+    reference_continuation_table,
+    split_reference_lines,
+    tokenize_reference_documents,
+    vocab_strings,
+)
+
 from mlm_pipeline.stats import ReadStats
-from mlm_pipeline.tokenize import TextTokenizer, encode_ids
-
-# Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
-REFERENCE_MAX_INPUT_CHARS_PER_WORD = 200
-
+from mlm_pipeline.tokenize import TextTokenizer
 
 # --------------------------------------------------------------------------------------------
-# Reading and tokenizing
+# The script's flags and vocab
 # --------------------------------------------------------------------------------------------
 
 
-def split_reference_lines(text: str) -> list[str]:
-    """Cut text into lines the way the reference's ``tf.gfile.GFile.readline`` does.
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """The script's flags that shape instances, with its defaults; ``ConfigError`` when invalid."""
 
-    Lines end at ``\\n`` only (not at ``\\r``, ``\\x0b``, ``\\u2028``... as ``str.splitlines`` or
-    Python's text mode would), and every ``\\r`` is dropped, also in the middle of a line.
-    """
-    return text.replace("\r", "").split("\n")
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    dupe_factor: int = 10
+    short_seq_prob: float = 0.1
+    do_whole_word_mask: bool = False
+    random_seed: int = 12345
 
-
-def read_reference_documents(lines: Iterable[str]) -> list[list[str]]:
-    """Documents as lists of sentence strings, parsed like the reference.
-
-    Every line is stripped (``str.strip``, i.e. Python's idea of whitespace); a line that is then
-    empty ends the current document; any other line is a sentence of the current document. The
-    first document starts before the first line. Give lines as :func:`split_reference_lines`
-    cuts them (``\\r`` is dropped here too). Documents without any line are left out; sentences
-    are kept even if they will tokenize to nothing (:func:`tokenize_reference_documents` drops
-    those, and then any document left empty, as the reference does).
-    """
-    documents: list[list[str]] = [[]]
-    for line in lines:
-        line = line.replace("\r", "").strip()
-        if line:
-            documents[-1].append(line)
-        elif documents[-1]:
-            documents.append([])
-    if not documents[-1]:
-        documents.pop()
-    return documents
+    def __post_init__(self) -> None:
+        if self.max_seq_length < 5:
+            raise ConfigError(
+                "max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with a target of at least 2), "
+                f"got {self.max_seq_length}"
+            )
+        if self.dupe_factor < 0:
+            raise ConfigError(f"dupe_factor must be >= 0, got {self.dupe_factor}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ConfigError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if not 0.0 <= self.masked_lm_prob <= 1.0:
+            raise ConfigError(f"masked_lm_prob must be in [0, 1], got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 0:
+            raise ConfigError(f"max_predictions_per_seq must be >= 0, got {self.max_predictions_per_seq}")
 
 
-@functools.lru_cache(maxsize=4)
-def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[Tokenizer, bool]:
-    """The same tokenizer made to split like Google's, and whether it lower-cases.
+@dataclass(frozen=True)
+class ReferenceVocab:
+    """What the script takes from ``vocab.txt``: its size (a random replacement is
+    ``randint(0, size - 1)``), the ids of ``[CLS]``/``[SEP]``/``[MASK]``, and which ids start
+    with ``##`` (whole-word grouping)."""
 
-    Two changes: no added-token matching (HF matches ``[SEP]``, ``[MASK]``... in the raw text as
-    single tokens; Google's BasicTokenizer splits them into ``[``, ``sep``, ``]``) and Google's
-    200-character word limit instead of HF's 100.
-    """
-    spec = json.loads(tokenizer.tokenizer.to_str())
-    spec["added_tokens"] = []
-    model = spec.get("model") or {}
-    if model.get("type") == "WordPiece":
-        model["max_input_chars_per_word"] = REFERENCE_MAX_INPUT_CHARS_PER_WORD
-    normalizer = spec.get("normalizer") or {}
-    lowercases = normalizer.get("type") == "BertNormalizer" and bool(normalizer.get("lowercase"))
-    tok = Tokenizer.from_str(json.dumps(spec))
-    tok.no_truncation()
-    tok.no_padding()
-    return tok, lowercases
+    size: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    is_continuation: np.ndarray  # bool per id
 
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ConfigError(f"the vocab must have at least one entry, got {self.size}")
 
-def _google_lower(text: str) -> str:
-    """Lower-case like Google's BasicTokenizer: Python's ``str.lower`` after its text cleaning.
-
-    Only needed where the two lower-casings differ: Python turns a word-final capital sigma into
-    ``ς``, HF's per-character lower-casing always gives ``σ``. The characters Google's cleaning
-    removes (NUL, U+FFFD, control and format characters) are removed first because they change
-    what counts as word-final; HF would remove them anyway.
-    """
-    return "".join(
-        c
-        for c in text
-        if not (c == "\ufffd" or (c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf")))
-    ).lower()
-
-
-def tokenize_reference_documents(
-    documents: Sequence[Sequence[str]], tokenizer: TextTokenizer
-) -> list[list[np.ndarray]]:
-    """Tokenize every sentence in batched calls; drop empty sentences, then empty documents.
-
-    Returns, per kept document, one int32 id array per kept sentence (views into one flat array).
-    """
-    sentences = [s for doc in documents for s in doc]
-    if not sentences:
-        return []
-    tok, lowercases = _reference_tokenizer(tokenizer)
-    if lowercases:
-        sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
-    flat, lengths = encode_ids(tok, sentences)
-    offsets = lengths_to_offsets(lengths).tolist()
-    out: list[list[np.ndarray]] = []
-    k = 0
-    for doc in documents:
-        kept = [flat[offsets[j] : offsets[j + 1]] for j in range(k, k + len(doc)) if offsets[j + 1] > offsets[j]]
-        k += len(doc)
-        if kept:
-            out.append(kept)
-    return out
-
-
-def reference_continuation_table(tokens: Sequence[str]) -> np.ndarray:
-    """``True`` for ids whose vocab string starts with ``##`` (the reference's exact test)."""
-    return np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=len(tokens))
-
-
-def _vocab_strings(tokenizer: TextTokenizer) -> list[str]:
-    """Vocab strings by id; ids must be 0..n-1 without gaps, as the reference's line numbers."""
-    vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
-    if len(vocab) != max(vocab.values(), default=-1) + 1:
-        raise ValueError(
-            f"tokenizer {tokenizer.path}: {len(vocab)} vocab entries for ids up to {max(vocab.values())}; "
-            "reference mode needs a vocab without duplicate entries (id = line number in vocab.txt)"
+    @classmethod
+    def from_tokenizer(cls, tokenizer: TextTokenizer) -> "ReferenceVocab":
+        strings = vocab_strings(tokenizer)
+        return cls(
+            size=len(strings),
+            cls_id=tokenizer.special.cls,
+            sep_id=tokenizer.special.sep,
+            mask_id=tokenizer.special.mask,
+            is_continuation=reference_continuation_table(strings),
         )
-    strings = [""] * len(vocab)
-    for t, i in vocab.items():
-        strings[i] = t
-    return strings
 
 
 # --------------------------------------------------------------------------------------------
-# Instance creation
+# The script's data: all_documents and the TrainingInstance list
 # --------------------------------------------------------------------------------------------
 
 
-def _check_settings(
-    *,
-    vocab_size: int,
-    max_seq_length: int,
-    dupe_factor: int,
-    short_seq_prob: float,
-    masked_lm_prob: float,
-    max_predictions_per_seq: int,
+@dataclass
+class AllDocuments:
+    """The script's ``all_documents`` (documents of sentences of tokens) as one flat token array
+    and, per document, the offsets of its sentence boundaries in it (first sentence start ...
+    last sentence end)."""
+
+    tokens: np.ndarray  # int32
+    bounds: list[list[int]]
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[Sequence[np.ndarray]]) -> "AllDocuments":
+        """From what :func:`tokenize_reference_documents` returns (empty parts are an error:
+        the script drops them before building)."""
+        bounds: list[list[int]] = []
+        pos = 0
+        for d, doc in enumerate(documents):
+            if not len(doc):
+                raise ValueError(f"document {d} is empty (the reference drops empty documents first)")
+            b = [pos]
+            for s, sentence in enumerate(doc):
+                if not len(sentence):
+                    raise ValueError(f"sentence {s} of document {d} is empty (the reference drops those)")
+                pos += len(sentence)
+                b.append(pos)
+            bounds.append(b)
+        tokens = (
+            np.concatenate([np.asarray(s, dtype=np.int32) for doc in documents for s in doc])
+            if documents
+            else np.zeros(0, np.int32)
+        )
+        return cls(tokens=tokens, bounds=bounds)
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+
+KEEP = -1  # a masked token's replacement that keeps the original token
+
+
+class TrainingInstances:
+    """The script's list of ``TrainingInstance``, one column per field.
+
+    Segments A and B are ``[start, end)`` ranges of ``AllDocuments.tokens``; each masked token is
+    (instance, position in ``[CLS] A [SEP] B [SEP]``, replacement id or ``KEEP``).
+    """
+
+    def __init__(self) -> None:
+        self.a_starts: list[int] = []
+        self.a_ends: list[int] = []
+        self.b_starts: list[int] = []
+        self.b_ends: list[int] = []
+        self.is_random_next: list[int] = []
+        self.masked_instance: list[int] = []
+        self.masked_position: list[int] = []
+        self.masked_replacement: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.is_random_next)
+
+    def add(self, a: tuple[int, int], b: tuple[int, int], is_random_next: bool) -> int:
+        """Append one instance; returns its index."""
+        self.a_starts.append(a[0])
+        self.a_ends.append(a[1])
+        self.b_starts.append(b[0])
+        self.b_ends.append(b[1])
+        self.is_random_next.append(int(is_random_next))
+        return len(self.is_random_next) - 1
+
+    def add_masked_lm(self, instance: int, position: int, replacement: int) -> None:
+        self.masked_instance.append(instance)
+        self.masked_position.append(position)
+        self.masked_replacement.append(replacement)
+
+    def mask_counts(self, mask_id: int) -> dict[str, int]:
+        """Masking counts under the default masker's names (a random id that happens to be
+        ``[MASK]`` counts as ``[MASK]``: what the instance shows)."""
+        replacement = np.array(self.masked_replacement, np.int64)
+        as_mask = int(np.count_nonzero(replacement == mask_id))
+        kept = int(np.count_nonzero(replacement == KEEP))
+        return {
+            "masked_tokens": len(replacement),
+            "masked_as_mask_token": as_mask,
+            "masked_as_random_token": len(replacement) - as_mask - kept,
+            "masked_kept": kept,
+        }
+
+    def to_batch(self, tokens: np.ndarray, *, cls_id: int, sep_id: int) -> InstanceBatch:
+        """``[CLS] A [SEP] B [SEP]`` rows with the masking applied, in instance order, all
+        vectorised (``write_instance_to_example_files`` minus the padding, which writers do)."""
+        a_s = np.array(self.a_starts, np.int64)
+        b_s = np.array(self.b_starts, np.int64)
+        la = np.array(self.a_ends, np.int64) - a_s
+        lb = np.array(self.b_ends, np.int64) - b_s
+        offsets = lengths_to_offsets(la + lb + 3)
+        starts = offsets[:-1]
+        input_ids = np.empty(int(offsets[-1]), np.int32)
+        input_ids[starts] = cls_id
+        input_ids[starts + la + 1] = sep_id
+        input_ids[offsets[1:] - 1] = sep_id
+        input_ids[ranges_to_indices(starts + 1, la)] = tokens[ranges_to_indices(a_s, la)]
+        input_ids[ranges_to_indices(starts + la + 2, lb)] = tokens[ranges_to_indices(b_s, lb)]
+        segment_ids = np.zeros(len(input_ids), np.int8)
+        segment_ids[ranges_to_indices(starts + la + 2, lb + 1)] = 1
+
+        m_inst = np.array(self.masked_instance, np.int64)
+        m_pos = np.array(self.masked_position, np.int64)
+        m_repl = np.array(self.masked_replacement, np.int64)
+        order = np.lexsort((m_pos, m_inst))  # the script sorts each instance's masks by position
+        m_inst, m_pos, m_repl = m_inst[order], m_pos[order], m_repl[order]
+        where = starts[m_inst] + m_pos
+        masked_ids = input_ids[where]
+        input_ids[where] = np.where(m_repl == KEEP, masked_ids, m_repl)
+        return InstanceBatch(
+            input_ids=input_ids,
+            segment_ids=segment_ids,
+            offsets=offsets,
+            masked_lm_positions=m_pos.astype(np.int32),
+            masked_lm_ids=masked_ids.astype(np.int32),
+            masked_offsets=lengths_to_offsets(np.bincount(m_inst, minlength=len(self))),
+            next_sentence_labels=np.array(self.is_random_next, np.int8),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# create_training_instances, part 2, and the functions it calls
+# --------------------------------------------------------------------------------------------
+
+
+def create_training_instances(
+    documents: Sequence[Sequence[np.ndarray]], vocab: ReferenceVocab, settings: ReferenceSettings
+) -> InstanceBatch:
+    """The script's ``create_training_instances`` from tokenized documents on.
+
+    ``documents`` must be what the script keeps: non-empty documents of non-empty sentences, in
+    file order (:func:`tokenize_reference_documents` gives that).
+    """
+    batch, _ = _create_training_instances(AllDocuments.from_documents(documents), vocab, settings)
+    return batch
+
+
+def _create_training_instances(
+    all_documents: AllDocuments, vocab: ReferenceVocab, settings: ReferenceSettings
+) -> tuple[InstanceBatch, TrainingInstances]:
+    rng = random.Random(settings.random_seed)
+    order = list(range(len(all_documents)))
+    rng.shuffle(order)  # rng.shuffle(all_documents)
+    all_documents = AllDocuments(all_documents.tokens, [all_documents.bounds[i] for i in order])
+    continuation = (
+        np.asarray(vocab.is_continuation, dtype=bool)[all_documents.tokens] if settings.do_whole_word_mask else None
+    )
+    instances = TrainingInstances()
+    for _ in range(settings.dupe_factor):
+        for document_index in range(len(all_documents)):
+            create_instances_from_document(
+                all_documents, document_index, settings, vocab, continuation, rng, instances
+            )
+    final_order = list(range(len(instances)))
+    rng.shuffle(final_order)  # rng.shuffle(instances)
+    batch = instances.to_batch(all_documents.tokens, cls_id=vocab.cls_id, sep_id=vocab.sep_id)
+    return batch.take(np.array(final_order, np.int64)), instances
+
+
+def create_instances_from_document(
+    all_documents: AllDocuments,
+    document_index: int,
+    settings: ReferenceSettings,
+    vocab: ReferenceVocab,
+    continuation: np.ndarray | None,
+    rng: random.Random,
+    instances: TrainingInstances,
 ) -> None:
-    if vocab_size < 1:
-        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-    if max_seq_length < 5:
-        raise ValueError(
-            f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with a target of at least 2), got {max_seq_length}"
-        )
-    if dupe_factor < 0:
-        raise ValueError(f"dupe_factor must be >= 0, got {dupe_factor}")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
-    if not 0.0 <= masked_lm_prob <= 1.0:
-        raise ValueError(f"masked_lm_prob must be in [0, 1], got {masked_lm_prob}")
-    if max_predictions_per_seq < 0:
-        raise ValueError(f"max_predictions_per_seq must be >= 0, got {max_predictions_per_seq}")
+    """The script's ``create_instances_from_document``: appends this document's instances.
 
-
-def create_reference_instances(
-    documents: list[list[np.ndarray]],
-    *,
-    vocab_size: int,
-    cls_id: int,
-    sep_id: int,
-    mask_id: int,
-    is_continuation: np.ndarray,
-    max_seq_length: int,
-    dupe_factor: int,
-    short_seq_prob: float,
-    masked_lm_prob: float,
-    max_predictions_per_seq: int,
-    do_whole_word_mask: bool,
-    random_seed: int,
-) -> InstanceBatch:
-    """The reference's ``create_training_instances`` on already tokenized documents.
-
-    ``documents`` must be what the reference keeps: non-empty documents of non-empty sentences,
-    in file order (:func:`tokenize_reference_documents` gives that). ``vocab_size`` is the number
-    of vocab entries (a random replacement is id ``randint(0, vocab_size - 1)``);
-    ``is_continuation[id]`` says whether the id's string starts with ``##``.
+    The current chunk is the sentences ``chunk_first..i``; its token count is a difference of
+    sentence boundaries. ``continuation`` (whole-word masking only) is the ``##`` flag of every
+    token of ``all_documents``.
     """
-    _check_settings(
-        vocab_size=vocab_size,
-        max_seq_length=max_seq_length,
-        dupe_factor=dupe_factor,
-        short_seq_prob=short_seq_prob,
-        masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq,
-    )
-    # Per document the offsets of its sentence boundaries in one flat token array.
-    bounds: list[list[int]] = []
-    pos = 0
-    for d, doc in enumerate(documents):
-        if not len(doc):
-            raise ValueError(f"document {d} is empty (the reference drops empty documents first)")
-        b = [pos]
-        for s, sent in enumerate(doc):
-            if not len(sent):
-                raise ValueError(f"sentence {s} of document {d} is empty (the reference drops those)")
-            pos += len(sent)
-            b.append(pos)
-        bounds.append(b)
-    flat = (
-        np.concatenate([np.asarray(s, dtype=np.int32) for doc in documents for s in doc])
-        if documents
-        else np.zeros(0, np.int32)
-    )
+    bounds = all_documents.bounds[document_index]
+    n_sentences = len(bounds) - 1
+    max_num_tokens = settings.max_seq_length - 3  # [CLS], [SEP], [SEP]
+    target_seq_length = max_num_tokens
+    if rng.random() < settings.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
 
-    rng = random.Random(random_seed)
-    # rng.shuffle's draws depend only on the length, so shuffling an index list is equivalent.
-    order = list(range(len(documents)))
-    rng.shuffle(order)
-    bounds = [bounds[i] for i in order]
-
-    n_docs = len(bounds)
-    max_num_tokens = max_seq_length - 3
-    cont = np.asarray(is_continuation, dtype=bool)[flat] if do_whole_word_mask else None
-
-    rand = rng.random
-    randint = rng.randint
-    shuffle = rng.shuffle
-
-    # Per instance: A range, B range, label. Per masked token: instance, position, replacement
-    # (-1 keeps the original token).
-    a_starts: list[int] = []
-    a_ends: list[int] = []
-    b_starts: list[int] = []
-    b_ends: list[int] = []
-    labels: list[int] = []
-    m_inst: list[int] = []
-    m_pos: list[int] = []
-    m_repl: list[int] = []
-
-    for _ in range(dupe_factor):
-        for doc_index in range(n_docs):
-            cum = bounds[doc_index]
-            n_sent = len(cum) - 1
-            target = max_num_tokens
-            if rand() < short_seq_prob:
-                target = randint(2, max_num_tokens)
-
-            chunk_first = 0
-            i = 0
-            while i < n_sent:
-                if i == n_sent - 1 or cum[i + 1] - cum[chunk_first] >= target:
-                    n_chunk = i - chunk_first + 1
-                    a_end = randint(1, n_chunk - 1) if n_chunk >= 2 else 1
-                    a_s = cum[chunk_first]
-                    a_e = cum[chunk_first + a_end]
-                    if n_chunk == 1 or rand() < 0.5:
-                        label = 1
-                        target_b = target - (a_e - a_s)
-                        for _ in range(10):
-                            r = randint(0, n_docs - 1)
-                            if r != doc_index:
-                                break
-                        rcum = bounds[r]
-                        rn = len(rcum) - 1
-                        start = randint(0, rn - 1)
-                        b_s = rcum[start]
-                        b_e = rcum[bisect_left(rcum, b_s + target_b, start + 1, rn)]
-                        i -= n_chunk - a_end
-                    else:
-                        label = 0
-                        b_s = a_e
-                        b_e = cum[i + 1]
-
-                    la = a_e - a_s
-                    lb = b_e - b_s
-                    while la + lb > max_num_tokens:
-                        if la > lb:
-                            if rand() < 0.5:
-                                a_s += 1
-                            else:
-                                a_e -= 1
-                            la -= 1
-                        else:
-                            if rand() < 0.5:
-                                b_s += 1
-                            else:
-                                b_e -= 1
-                            lb -= 1
-
-                    inst = len(labels)
-                    a_starts.append(a_s)
-                    a_ends.append(a_e)
-                    b_starts.append(b_s)
-                    b_ends.append(b_e)
-                    labels.append(label)
-
-                    # Masking. Candidate c (0-based over A then B) sits at position c + 1 in A
-                    # and c + 2 in B ([CLS] before A, [SEP] between).
-                    num_to_predict = min(
-                        max_predictions_per_seq, max(1, int(round((la + lb + 3) * masked_lm_prob)))
-                    )
-                    # Which candidates get masked uses no random numbers beyond the shuffle, so
-                    # choose them first, then draw 80/10/10 for each in the order chosen.
-                    n_cand = la + lb
-                    if cont is None:
-                        chosen = list(range(n_cand))
-                        shuffle(chosen)
-                        del chosen[num_to_predict:]
-                    else:
-                        # A word starts at each candidate that is not a '##' piece, and at the
-                        # first; a '##' piece right after the middle [SEP] joins A's last word.
-                        piece_is_cont = np.concatenate((cont[a_s:a_e], cont[b_s:b_e]))
-                        piece_is_cont[0] = False
-                        w_start = np.flatnonzero(~piece_is_cont).tolist()
-                        w_start.append(n_cand)
-                        words = list(range(len(w_start) - 1))
-                        shuffle(words)
-                        chosen = []
-                        for w in words:
-                            if len(chosen) >= num_to_predict:
-                                break
-                            lo = w_start[w]
-                            hi = w_start[w + 1]
-                            if len(chosen) + hi - lo <= num_to_predict:
-                                chosen.extend(range(lo, hi))
-                    for c in chosen:
-                        m_inst.append(inst)
-                        m_pos.append(c + 1 if c < la else c + 2)
-                        if rand() < 0.8:
-                            m_repl.append(mask_id)
-                        elif rand() < 0.5:
-                            m_repl.append(-1)
-                        else:
-                            m_repl.append(randint(0, vocab_size - 1))
-                    chunk_first = i + 1
-                i += 1
-
-    final_order = list(range(len(labels)))
-    shuffle(final_order)
-
-    batch = _assemble(
-        flat,
-        np.array(a_starts, np.int64),
-        np.array(a_ends, np.int64),
-        np.array(b_starts, np.int64),
-        np.array(b_ends, np.int64),
-        np.array(labels, np.int8),
-        np.array(m_inst, np.int64),
-        np.array(m_pos, np.int64),
-        np.array(m_repl, np.int64),
-        cls_id=cls_id,
-        sep_id=sep_id,
-    )
-    return batch.take(np.array(final_order, np.int64))
+    chunk_first = 0
+    i = 0
+    while i < n_sentences:
+        if i == n_sentences - 1 or bounds[i + 1] - bounds[chunk_first] >= target_seq_length:
+            chunk_sentences = i - chunk_first + 1
+            a_end = rng.randint(1, chunk_sentences - 1) if chunk_sentences >= 2 else 1
+            a = (bounds[chunk_first], bounds[chunk_first + a_end])
+            if chunk_sentences == 1 or rng.random() < 0.5:
+                is_random_next = True
+                target_b_length = target_seq_length - (a[1] - a[0])
+                b = random_next_segment(all_documents, document_index, target_b_length, rng)
+                i -= chunk_sentences - a_end  # the unused sentences go back to the document
+            else:
+                is_random_next = False
+                b = (a[1], bounds[i + 1])
+            a, b = truncate_seq_pair(a, b, max_num_tokens, rng)
+            instance = instances.add(a, b, is_random_next)
+            for position, replacement in create_masked_lm_predictions(a, b, continuation, settings, vocab, rng):
+                instances.add_masked_lm(instance, position, replacement)
+            chunk_first = i + 1
+        i += 1
 
 
-def _assemble(
-    flat: np.ndarray,
-    a_s: np.ndarray,
-    a_e: np.ndarray,
-    b_s: np.ndarray,
-    b_e: np.ndarray,
-    labels: np.ndarray,
-    m_inst: np.ndarray,
-    m_pos: np.ndarray,
-    m_repl: np.ndarray,
-    *,
-    cls_id: int,
-    sep_id: int,
-) -> InstanceBatch:
-    """Build ``[CLS] A [SEP] B [SEP]`` rows and apply the masking decisions, all vectorised."""
-    n = len(labels)
-    la = a_e - a_s
-    lb = b_e - b_s
-    lengths = la + lb + 3
-    offsets = lengths_to_offsets(lengths)
-    starts = offsets[:-1]
-    input_ids = np.empty(int(offsets[-1]), np.int32)
-    input_ids[starts] = cls_id
-    input_ids[starts + la + 1] = sep_id
-    input_ids[offsets[1:] - 1] = sep_id
-    input_ids[ranges_to_indices(starts + 1, la)] = flat[ranges_to_indices(a_s, la)]
-    input_ids[ranges_to_indices(starts + la + 2, lb)] = flat[ranges_to_indices(b_s, lb)]
-    segment_ids = np.zeros(len(input_ids), np.int8)
-    segment_ids[ranges_to_indices(starts + la + 2, lb + 1)] = 1
-
-    order = np.lexsort((m_pos, m_inst))
-    m_inst = m_inst[order]
-    m_pos = m_pos[order]
-    m_repl = m_repl[order]
-    where = starts[m_inst] + m_pos
-    masked_ids = input_ids[where]
-    input_ids[where] = np.where(m_repl >= 0, m_repl, masked_ids)
-    masked_counts = np.bincount(m_inst, minlength=n)
-    return InstanceBatch(
-        input_ids=input_ids,
-        segment_ids=segment_ids,
-        offsets=offsets,
-        masked_lm_positions=m_pos.astype(np.int32),
-        masked_lm_ids=masked_ids.astype(np.int32),
-        masked_offsets=lengths_to_offsets(masked_counts),
-        next_sentence_labels=labels,
-    )
+def random_next_segment(
+    all_documents: AllDocuments, document_index: int, target_b_length: int, rng: random.Random
+) -> tuple[int, int]:
+    """Segment B of a random next: up to ten draws for another document, a random start
+    sentence, then whole sentences until B reaches ``target_b_length`` (at least one)."""
+    for _ in range(10):
+        random_document_index = rng.randint(0, len(all_documents) - 1)
+        if random_document_index != document_index:
+            break
+    bounds = all_documents.bounds[random_document_index]
+    n_sentences = len(bounds) - 1
+    random_start = rng.randint(0, n_sentences - 1)
+    start = bounds[random_start]
+    return start, bounds[bisect_left(bounds, start + target_b_length, random_start + 1, n_sentences)]
 
 
-def reference_instances_for_file(
-    path: str,
-    tokenizer: TextTokenizer,
-    *,
-    max_seq_length: int = 128,
-    max_predictions_per_seq: int = 20,
-    masked_lm_prob: float = 0.15,
-    dupe_factor: int = 10,
-    short_seq_prob: float = 0.1,
-    do_whole_word_mask: bool = False,
-    random_seed: int = 12345,
-    stats: ReadStats | None = None,
-) -> InstanceBatch:
-    """Reference mode for one file (local path or fsspec URL; ``.gz`` etc. decompressed).
+def truncate_seq_pair(
+    a: tuple[int, int], b: tuple[int, int], max_num_tokens: int, rng: random.Random
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The script's ``truncate_seq_pair``: while too long, remove one token from the front or
+    the back (a coin each time) of the longer segment, B when they are equally long."""
+    a_start, a_end = a
+    b_start, b_end = b
+    len_a, len_b = a_end - a_start, b_end - b_start
+    coin = rng.random
+    while len_a + len_b > max_num_tokens:
+        if len_a > len_b:
+            if coin() < 0.5:
+                a_start += 1
+            else:
+                a_end -= 1
+            len_a -= 1
+        else:
+            if coin() < 0.5:
+                b_start += 1
+            else:
+                b_end -= 1
+            len_b -= 1
+    return (a_start, a_end), (b_start, b_end)
 
-    Defaults are the reference script's flag defaults. ``stats``, if given, receives the counts
-    of bytes, documents and sentences read.
 
-    The tokenizer must be the WordPiece vocab the reference used, with the same
-    ``do_lower_case``; its vocab entries must be unique (then an id is its line in vocab.txt,
-    as in the reference).
+def candidate_words(a: tuple[int, int], b: tuple[int, int], continuation: np.ndarray | None) -> Sequence[int]:
+    """The script's ``cand_indexes`` as word boundaries over the candidates (A's tokens, then
+    B's): word ``w`` is candidates ``starts[w]:starts[w + 1]``.
+
+    Without whole-word masking every candidate is its own word. With it, a ``##`` piece joins
+    the word before it, also across the middle ``[SEP]`` (the script only skips the special
+    tokens when grouping); a first candidate that is a ``##`` piece starts a word.
     """
+    n_candidates = (a[1] - a[0]) + (b[1] - b[0])
+    if continuation is None:
+        return range(n_candidates + 1)
+    is_piece = np.concatenate((continuation[a[0] : a[1]], continuation[b[0] : b[1]]))
+    is_piece[0] = False
+    starts = np.flatnonzero(~is_piece).tolist()
+    starts.append(n_candidates)
+    return starts
+
+
+def create_masked_lm_predictions(
+    a: tuple[int, int],
+    b: tuple[int, int],
+    continuation: np.ndarray | None,
+    settings: ReferenceSettings,
+    vocab: ReferenceVocab,
+    rng: random.Random,
+) -> list[tuple[int, int]]:
+    """The script's ``create_masked_lm_predictions`` for ``[CLS] A [SEP] B [SEP]``: the masked
+    (position, replacement) pairs, in the order the script draws them.
+
+    Words are visited in a shuffled order; one is skipped if it would overflow
+    ``num_to_predict``, so a word is masked whole or not at all.
+    """
+    len_a = a[1] - a[0]
+    num_tokens = len_a + (b[1] - b[0]) + 3
+    num_to_predict = min(
+        settings.max_predictions_per_seq, max(1, int(round(num_tokens * settings.masked_lm_prob)))
+    )
+    starts = candidate_words(a, b, continuation)
+    cand_indexes = list(range(len(starts) - 1))
+    rng.shuffle(cand_indexes)
+    masked: list[tuple[int, int]] = []
+    for word in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        first, end = starts[word], starts[word + 1]
+        if len(masked) + end - first > num_to_predict:
+            continue
+        for candidate in range(first, end):
+            # candidate c sits after [CLS] in A, after the middle [SEP] too in B
+            position = candidate + 1 if candidate < len_a else candidate + 2
+            masked.append((position, masked_token(vocab, rng)))
+    return masked
+
+
+def masked_token(vocab: ReferenceVocab, rng: random.Random) -> int:
+    """80% ``[MASK]``, 10% the original token (``KEEP``), 10% a random vocab id."""
+    if rng.random() < 0.8:
+        return vocab.mask_id
+    if rng.random() < 0.5:
+        return KEEP
+    return rng.randint(0, vocab.size - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# main: one input file to one output file; the reference mode of the ``nsp`` objective
+# --------------------------------------------------------------------------------------------
+
+
+def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None) -> AllDocuments:
     with fsspec.open(path, "rb", compression="infer") as f:
         raw = f.read()
-    text = raw.decode("utf-8", errors="ignore")
-    documents = tokenize_reference_documents(
-        read_reference_documents(split_reference_lines(text)), tokenizer
-    )
-    del text
+    lines = split_reference_lines(raw.decode("utf-8", errors="ignore"))
+    documents = tokenize_reference_documents(read_reference_documents(lines), tokenizer)
     if stats is not None:
         stats.bytes_read += len(raw)
         stats.documents_read += len(documents)
         stats.sentences += sum(len(d) for d in documents)
-    del raw
-    vocab = _vocab_strings(tokenizer)
-    return create_reference_instances(
-        documents,
-        vocab_size=len(vocab),
-        cls_id=tokenizer.special.cls,
-        sep_id=tokenizer.special.sep,
-        mask_id=tokenizer.special.mask,
-        is_continuation=reference_continuation_table(vocab),
-        max_seq_length=max_seq_length,
-        dupe_factor=dupe_factor,
-        short_seq_prob=short_seq_prob,
-        masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq,
-        do_whole_word_mask=do_whole_word_mask,
-        random_seed=random_seed,
-    )
+    return AllDocuments.from_documents(documents)
 
 
-# --------------------------------------------------------------------------------------------
-# Comparing against golden output
-# --------------------------------------------------------------------------------------------
+def reference_instances_for_file(
+    path: str, tokenizer: TextTokenizer, *, stats: ReadStats | None = None, **flags
+) -> InstanceBatch:
+    """The script's ``main`` for one input file (local path or fsspec URL; ``.gz`` etc.
+    decompressed) and one output file.
 
-FEATURES = (
-    "input_ids",
-    "input_mask",
-    "segment_ids",
-    "masked_lm_positions",
-    "masked_lm_ids",
-    "masked_lm_weights",
-    "next_sentence_labels",
-)
-
-
-def decode_padded_instance(
-    features: dict[str, np.ndarray], index: int, convert_ids_to_tokens: Callable[[Sequence[int]], list[str]]
-) -> str:
-    """One padded instance as readable text; masked positions show ``{shown->label}``."""
-    n = int(np.asarray(features["input_mask"][index]).sum())
-    ids = np.asarray(features["input_ids"][index][:n]).tolist()
-    tokens = convert_ids_to_tokens(ids)
-    k = int((np.asarray(features["masked_lm_weights"][index]) > 0).sum())
-    positions = np.asarray(features["masked_lm_positions"][index][:k]).tolist()
-    labels = convert_ids_to_tokens(np.asarray(features["masked_lm_ids"][index][:k]).tolist())
-    for p, lab in zip(positions, labels):
-        if 0 <= p < n:
-            tokens[p] = "{" + tokens[p] + "->" + lab + "}"
-    seg = np.asarray(features["segment_ids"][index][:n])
-    nsp = int(np.asarray(features["next_sentence_labels"][index]).reshape(-1)[0])
-    return (
-        f"  length {n}, segment A {int((seg == 0).sum())} / B {int((seg == 1).sum())}, "
-        f"next_sentence_label {nsp}, masked {k} at {positions}\n  " + " ".join(tokens)
-    )
-
-
-def describe_first_difference(
-    actual: dict[str, np.ndarray],
-    expected: dict[str, np.ndarray],
-    convert_ids_to_tokens: Callable[[Sequence[int]], list[str]],
-) -> str | None:
-    """``None`` when all padded features are equal, else a report of the first differing instance.
-
-    The report names the instance index, every feature that differs there (with the first
-    differing column) and both instances decoded to tokens with their masked positions visible.
+    ``flags`` are :class:`ReferenceSettings` fields (the script's flag defaults otherwise).
+    ``stats``, if given, receives the counts of bytes, documents and sentences read. The
+    tokenizer must be the WordPiece vocab the reference used, with the same ``do_lower_case``;
+    its vocab entries must be unique (then an id is its line in vocab.txt, as in the reference).
     """
-    n_act = len(actual["input_ids"])
-    n_exp = len(expected["input_ids"])
-    lines = []
-    if n_act != n_exp:
-        lines.append(f"instance count differs: actual {n_act}, expected {n_exp}")
-    for name in FEATURES:
-        a, e = np.asarray(actual[name]), np.asarray(expected[name])
-        if a.shape[1:] != e.shape[1:]:
-            lines.append(f"feature {name} has row shape {a.shape[1:]} (actual) vs {e.shape[1:]} (expected)")
-    if lines:
-        return "\n".join(lines)
-    m = min(n_act, n_exp)
-    row_differs = np.zeros(m, bool)
-    for name in FEATURES:
-        a = np.asarray(actual[name])[:m].reshape(m, -1)
-        e = np.asarray(expected[name])[:m].reshape(m, -1)
-        row_differs |= (a != e).any(axis=1)
-    if not row_differs.any():
-        return None
-    i = int(np.argmax(row_differs))
-    lines.append(f"first differing instance: {i} (of {m}; {int(row_differs.sum())} differ in all)")
-    for name in FEATURES:
-        a = np.asarray(actual[name][i]).reshape(-1)
-        e = np.asarray(expected[name][i]).reshape(-1)
-        if (a != e).any():
-            col = int(np.argmax(a != e))
-            lines.append(f"  feature {name} differs, first at column {col}: actual {a[col].item()!r}, expected {e[col].item()!r}")
-    lines.append("actual:")
-    lines.append(decode_padded_instance(actual, i, convert_ids_to_tokens))
-    lines.append("expected:")
-    lines.append(decode_padded_instance(expected, i, convert_ids_to_tokens))
-    return "\n".join(lines)
+    settings = ReferenceSettings(**flags)
+    all_documents = _read_all_documents(path, tokenizer, stats)
+    batch, _ = _create_training_instances(all_documents, ReferenceVocab.from_tokenizer(tokenizer), settings)
+    return batch
+
+
+def build_reference(urls: Sequence[str], ctx: ReferenceContext) -> Iterator[tuple[InstanceBatch, dict]]:
+    """The ``nsp`` reference mode: each input file on its own, as the script run per file."""
+    config = ctx.settings
+    settings = ReferenceSettings(
+        max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq,
+        masked_lm_prob=config.masked_lm_prob,
+        dupe_factor=config.dupe_factor,
+        short_seq_prob=config.short_seq_prob,
+        do_whole_word_mask=config.do_whole_word_mask,
+        random_seed=config.random_seed,
+    )
+    vocab = ReferenceVocab.from_tokenizer(ctx.tokenizer)
+    for url in urls:
+        all_documents = _read_all_documents(url, ctx.tokenizer, ctx.read_stats)
+        batch, instances = _create_training_instances(all_documents, vocab, settings)
+        counts = {
+            "instances": len(batch),
+            "random_next": sum(instances.is_random_next),
+            "tokens": len(all_documents.tokens),
+            **instances.mask_counts(vocab.mask_id),
+        }
+        yield batch, counts
+
+
+BERT_REFERENCE = ReferenceMode(
+    build=build_reference,
+    unit="file",
+    masking="static",
+    help="google-research/bert create_pretraining_data.py, run on each input file alone",
+)

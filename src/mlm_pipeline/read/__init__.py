@@ -1,17 +1,50 @@
-"""Readers: turn one planned piece of input into documents (lists of sentence strings).
+"""Readers: one plug-in per input format, and the registry that the rest of the package asks.
 
-Contract (every format):
+A new input format is one module here (an ``InputFormat`` subclass, see ``base.py`` for the
+contract) plus one ``register_input_format`` line below. Registration order decides ties in
+auto-detection (the first format that claims a file wins).
 
-    iter_documents(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]
-
-* A ``Piece`` is (url, start, end) — a byte range of one file, or the whole file when ``end`` is
-  ``None`` (compressed files, small files), or for Parquet a range of row groups.
-* A byte-range reader yields exactly the documents that the range *owns* (see ``ranges.py``), so
-  the union over the pieces of a file is every document of the file exactly once.
-* Each yielded document is a non-empty list of non-empty sentence strings. What cannot be used is
-  counted in ``stats.documents_skipped`` by reason, never dropped silently.
+Reading contract (every format): ``iter_documents(piece, options, stats)`` yields the documents
+a ``Piece`` owns, each a non-empty list of non-empty sentence strings; over the pieces of a file,
+every document exactly once. What cannot be used is counted in ``stats.documents_skipped`` by
+reason, never dropped silently.
 """
 
-from mlm_pipeline.read.base import Piece, ReadOptions, detect_format, iter_documents
+from mlm_pipeline.read.base import (
+    InputFormat,
+    Piece,
+    ReadOptions,
+    detect_format,
+    get_input_format,
+    input_format_names,
+    iter_documents,
+    register_input_format,
+    sniff,
+    unregister_input_format,
+)
+from mlm_pipeline.read.jsonl import JsonLinesFormat
+from mlm_pipeline.read.parquet import ParquetFormat
+from mlm_pipeline.read.sample import InputSample
+from mlm_pipeline.read.text import TextFormat
+from mlm_pipeline.read.wikidump_format import WikiDumpFormat
+from mlm_pipeline.read.wikiextractor import WikiExtractorFormat
 
-__all__ = ["Piece", "ReadOptions", "detect_format", "iter_documents"]
+register_input_format(TextFormat())
+register_input_format(WikiExtractorFormat())
+register_input_format(WikiDumpFormat())
+register_input_format(JsonLinesFormat())
+register_input_format(ParquetFormat())
+
+__all__ = [
+    "InputFormat",
+    "InputSample",
+    "Piece",
+    "ReadOptions",
+    "detect_format",
+    "get_input_format",
+    "input_format_names",
+    "iter_documents",
+    "register_input_format",
+    "sniff",
+    "unregister_input_format",
+]

@@ -15,12 +15,36 @@ import json
 import re
 from typing import Iterator
 
-from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, decode
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, every_line
+from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
 
+EXTENSIONS = (".jsonl", ".json", ".ndjson")
+
 _SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: these are lone
+
+
+class JsonLinesFormat(InputFormat):
+    """jsonl: one JSON object per line, the text in --text-field, split into sentences;
+    detected by a ``.jsonl``/``.json``/``.ndjson`` name or a first non-blank line starting with
+    ``{``."""
+
+    name = "jsonl"
+
+    def claims_name(self, sample: InputSample) -> bool:
+        return sample.extension in EXTENSIONS
+
+    def claims_head(self, sample: InputSample) -> bool:
+        return sample.first_line().startswith(b"{")
+
+    def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
+        return byte_ranges(url, self.name, size, split_bytes)
+
+    def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+        return read_jsonl(piece, options, stats)
 
 
 def read_jsonl(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
@@ -34,7 +58,7 @@ def _paragraph_docs(
     field = options.text_field
     policy = options.on_decode_error
     compressed = piece.compression is not None
-    with OwnedLines(piece, options.max_line_bytes, _every_line, stats) as owned:
+    with OwnedLines(piece, options.max_line_bytes, every_line, stats) as owned:
         for start, line, too_long in owned:
             if owned.ends_at(start):
                 return
@@ -77,11 +101,6 @@ def _paragraph_docs(
                 stats.skip("empty")
                 continue
             yield paragraphs, replaced
-
-
-def _every_line(line: bytes, too_long: bool) -> bool:
-    """In JSON lines every line starts a record, so every line is a boundary."""
-    return True
 
 
 def _check_surrogates(value: str, policy: str, url: str, offset: int) -> tuple[str | None, bool]:

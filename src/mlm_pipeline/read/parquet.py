@@ -14,13 +14,71 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from mlm_pipeline.read.base import InputError, Piece, ReadOptions
-from mlm_pipeline.read.ranges import open_decompressed
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
+from mlm_pipeline.read.compression import compression_of, open_decompressed
+from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
 
 BATCH_ROWS = 256
 """Rows per record batch: memory is one row group's compressed text column plus a batch."""
+
+
+class ParquetFormat(InputFormat):
+    """parquet: one document per row in column --text-field, split into sentences; detected by
+    a ``.parquet`` name. A file is cut into runs of row groups (from its footer)."""
+
+    name = "parquet"
+    unit = "row groups"
+
+    def claims_name(self, sample: InputSample) -> bool:
+        if sample.extension != ".parquet":
+            return False
+        if sample.compression is not None:
+            raise InputError(f"{sample.url}: a compressed Parquet file is not supported; decompress it")
+        return True
+
+    def binary_reason(self, sample: InputSample) -> str | None:
+        return None  # binary by design; a file that is not Parquet fails on its footer
+
+    def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
+        return split_row_groups(url, split_bytes)
+
+    def piece_bytes(self, piece: Piece, file_size: int, n_pieces: int) -> int:
+        return max(1, file_size // max(1, n_pieces))  # row groups: the file shared evenly
+
+    def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+        if piece.compression is not None:
+            raise ValueError(f"{piece.url}: Parquet files cannot be compressed as a whole")
+        return read_parquet(piece, options, stats)
+
+
+def split_row_groups(url: str, split_bytes: int) -> list[Piece]:
+    """Runs of consecutive row groups of about ``split_bytes`` compressed bytes each (reads the
+    footer). A file with no row group gives one piece (which yields nothing)."""
+    import pyarrow.parquet as pq
+
+    if split_bytes < 1:
+        raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
+    if compression_of(url) is not None:
+        raise InputError(f"{url}: a compressed Parquet file is not supported; decompress it")
+    with open_decompressed(url, None) as f:
+        try:
+            meta = pq.read_metadata(f)
+        except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for a bad footer
+            raise InputError(f"{url}: not a readable Parquet file ({exc})") from exc
+    pieces: list[Piece] = []
+    first, acc = 0, 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        rg_bytes = sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
+        if i > first and acc + rg_bytes > split_bytes:
+            pieces.append(Piece(url, "parquet", first, i))
+            first, acc = i, 0
+        acc += rg_bytes
+    pieces.append(Piece(url, "parquet", first, meta.num_row_groups if pieces else None))
+    return pieces
 
 
 def read_parquet(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:

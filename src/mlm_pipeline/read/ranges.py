@@ -1,43 +1,42 @@
-"""Byte ranges: how a file is cut into pieces, and which documents each piece owns.
+"""Byte ranges: how a line-based file is cut into pieces, and which documents each piece owns.
 
-Planning never reads the data of a text-like file: ``split_file`` cuts it into nominal ranges
+Planning never reads the data of a line-based file: ``byte_ranges`` cuts it into nominal ranges
 ``[k*split, (k+1)*split)`` knowing only its size. The *reader* of a range aligns on document
-boundaries with these ownership rules (``s``/``e`` are the range bounds, a "line start" is offset
-0 or the offset just after a ``\\n``):
+boundaries: each format names its *boundary lines* (``OwnedLines``), and a range owns what
+follows the boundary lines that start in it (``s``/``e`` are the range bounds, a "line start" is
+offset 0 or the offset just after a ``\\n``):
 
-* ``text``: a range owns the documents whose *immediately preceding blank line* starts in
-  ``[s, e)``; the file's first document, when no blank line precedes it, is owned by the range
-  with ``s == 0``. A reader with ``s > 0`` moves to the first line start ``>= s``, skips lines up
-  to the first blank line (that line is where its owned span begins), then reads documents and
-  stops at the first blank line that starts at ``>= e`` (reading past ``e`` to finish its last
-  document).
-* ``wikiextractor``: a range owns the ``<doc`` blocks whose ``<doc`` line starts in ``[s, e)``
-  (plus any stray text after such a block, up to the next ``<doc`` line; stray text before the
-  first block belongs to ``s == 0``).
-* ``jsonl``: a range owns the lines whose start is in ``[s, e)``.
+* ``text`` (boundary: a blank line): a range owns the documents whose *immediately preceding
+  blank line* starts in ``[s, e)``; the file's first document, when no blank line precedes it,
+  is owned by the range with ``s == 0``. A reader with ``s > 0`` moves to the first line start
+  ``>= s``, skips lines up to the first blank line (that line is where its owned span begins),
+  then reads documents and stops at the first blank line that starts at ``>= e`` (reading past
+  ``e`` to finish its last document).
+* ``wikiextractor`` (boundary: a ``<doc`` line): a range owns the ``<doc`` blocks whose ``<doc``
+  line starts in ``[s, e)`` (plus any stray text after such a block, up to the next ``<doc``
+  line; stray text before the first block belongs to ``s == 0``).
+* ``jsonl`` (boundary: every line, ``every_line``): a range owns the lines that start in it.
 
 Every line is classified the same way whichever range reads it, so every document of a file is
 read exactly once over its pieces, in file order. The bytes a range owns (its span, from its
 first owned boundary to the next range's) tile the file, so ``bytes_read`` sums to the file size.
 
-Compressed files are one piece (a compressed stream cannot be entered in the middle); Parquet
-files are cut into runs of row groups, from the footer metadata.
+A compressed file is one piece: a compressed stream cannot be entered in the middle.
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 from itertools import chain, islice
 from typing import BinaryIO, Callable, Iterator
 
-from mlm_pipeline import fs
-from mlm_pipeline.read.base import InputError, Piece, compression_of
+from mlm_pipeline.errors import InputError
+from mlm_pipeline.read.base import Piece
+from mlm_pipeline.read.compression import compression_of, consumed_bytes, open_decompressed
+from mlm_pipeline.read.sample import BOM
 from mlm_pipeline.stats import ReadStats
 
 CHUNK_BYTES = 1 << 20
-"""Read size for text-like inputs (one ``read`` + one ``split`` per chunk)."""
+"""Read size for line-based inputs (one ``read`` + one ``split`` per chunk)."""
 
 MIN_CHUNK_BYTES = 64 * 1024
 """Read size floor, for small ranges."""
@@ -45,28 +44,16 @@ MIN_CHUNK_BYTES = 64 * 1024
 HEAD_BYTES = 64
 """How much of an over-long line is kept (enough to classify it, e.g. as a ``<doc`` line)."""
 
-BOM = b"\xef\xbb\xbf"
 
-
-def split_file(url: str, fmt: str, size: int, split_bytes: int) -> list[Piece]:
-    """The pieces of one file, in file order.
-
-    Uncompressed text/wikiextractor/jsonl: nominal byte ranges of ``split_bytes`` (the last one
-    open-ended); the data is not read. A compressed file: one whole piece. Parquet: runs of
-    consecutive row groups of about ``split_bytes`` compressed bytes each (reads the footer).
-    An empty file still gives one piece (which yields nothing).
-    """
+def byte_ranges(url: str, fmt: str, size: int, split_bytes: int) -> list[Piece]:
+    """Nominal byte ranges of ``split_bytes`` of a file of ``size`` bytes (the last one
+    open-ended), or one whole piece for a compressed file. The data is not read. An empty file
+    still gives one piece (which yields nothing)."""
     if split_bytes < 1:
         raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
     if size < 0:
         raise ValueError(f"{url}: negative size {size}")
     compression = compression_of(url)
-    if fmt == "parquet":
-        if compression is not None:
-            raise InputError(f"{url}: a compressed Parquet file is not supported; decompress it")
-        return _split_parquet(url, split_bytes)
-    if fmt not in ("text", "wikiextractor", "jsonl"):
-        raise ValueError(f"{url}: unknown format {fmt!r}")
     if compression is not None:
         return [Piece(url, fmt, 0, None, compression)]
     starts = list(range(0, size, split_bytes)) or [0]
@@ -76,203 +63,13 @@ def split_file(url: str, fmt: str, size: int, split_bytes: int) -> list[Piece]:
     ]
 
 
-def _split_parquet(url: str, split_bytes: int) -> list[Piece]:
-    import pyarrow.parquet as pq
-
-    with open_decompressed(url, None) as f:
-        try:
-            meta = pq.read_metadata(f)
-        except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for a bad footer
-            raise InputError(f"{url}: not a readable Parquet file ({exc})") from exc
-    pieces: list[Piece] = []
-    first, acc = 0, 0
-    for i in range(meta.num_row_groups):
-        rg = meta.row_group(i)
-        rg_bytes = sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
-        if i > first and acc + rg_bytes > split_bytes:
-            pieces.append(Piece(url, "parquet", first, i))
-            first, acc = i, 0
-        acc += rg_bytes
-    pieces.append(Piece(url, "parquet", first, meta.num_row_groups if pieces else None))
-    return pieces
-
-
-# --------------------------------------------------------------------------- opening streams
-
-
-def open_decompressed(url: str, compression: str | None) -> BinaryIO:
-    """A readable binary stream of ``url`` through fsspec, decompressed on the fly if asked.
-
-    Raises ``InputError`` naming the file if it does not exist or cannot be opened.
-    """
-    try:
-        raw = fs.open_url(url, "rb")
-    except FileNotFoundError as exc:
-        raise InputError(f"{url}: no such file") from exc
-    except OSError as exc:
-        raise InputError(f"{url}: cannot open ({exc})") from exc
-    if compression is None:
-        return raw
-    try:
-        if compression == "gzip":
-            stream = gzip.GzipFile(fileobj=raw, mode="rb")
-        elif compression == "bz2":
-            stream = bz2.BZ2File(raw, mode="rb")
-        elif compression == "xz":
-            stream = lzma.LZMAFile(raw, mode="rb")
-        elif compression == "zstd":
-            import zstandard
-
-            checked = ZstdFrameCheck(raw)
-            stream = zstandard.ZstdDecompressor().stream_reader(checked, read_across_frames=True)
-            return _Decompressing(stream, raw, url, compression, check=checked)
-        else:
-            raise ValueError(f"{url}: unknown compression {compression!r}")
-    except BaseException:
-        raw.close()
-        raise
-    return _Decompressing(stream, raw, url, compression)
-
-
-class _Decompressing:
-    """A decompressing stream that also closes the underlying raw file, reports a corrupt
-    stream as ``InputError`` naming the file, and tells how many compressed bytes it consumed
-    (``raw_tell``). A zero-byte file reads as empty, whatever its extension."""
-
-    def __init__(self, stream, raw, url: str, compression: str, check=None) -> None:
-        self._stream = stream
-        self._raw = raw
-        self._url = url
-        self._compression = compression
-        self._check = check
-
-    def read(self, n: int = -1) -> bytes:
-        try:
-            data = self._stream.read(n)
-            if not data and n != 0 and self._check is not None:
-                self._check.finish()
-            return data
-        except Exception as exc:  # BadGzipFile/OSError, EOFError, LZMAError, ZstdError...
-            if isinstance(exc, EOFError) and self._raw.tell() == 0:
-                return b""
-            raise InputError(
-                f"{self._url}: corrupt or truncated {self._compression} data ({exc})"
-            ) from exc
-
-    def raw_tell(self) -> int:
-        return self._raw.tell()
-
-    def close(self) -> None:
-        try:
-            self._stream.close()
-        finally:
-            self._raw.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class ZstdFrameCheck:
-    """Pass-through reader of compressed zstd bytes that follows the frame layout (RFC 8878:
-    frame header, block headers, optional checksum; skippable frames) without decompressing,
-    so that a file cut inside a frame is an error. python-zstandard's ``stream_reader`` just
-    reports end-of-data there (gzip, bz2 and xz raise ``EOFError``). Work is per block header
-    (blocks are up to 128 KB), not per byte.
-    """
-
-    _MAGIC = 0xFD2FB528
-
-    def __init__(self, raw) -> None:
-        self._raw = raw
-        self._buf = b""  # bytes of the header being collected
-        self._need = 4  # header bytes wanted, in state _state
-        self._skip = 0  # bytes to pass over before the next header
-        self._state = "magic"
-        self._checksum = False
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self._feed(data)
-        return data
-
-    def finish(self) -> None:
-        """Raise ``EOFError`` unless the data seen so far ends at a frame boundary."""
-        while True:  # the decompressor may stop reading before the raw end: check the rest
-            rest = self._raw.read(CHUNK_BYTES)
-            if not rest:
-                break
-            self._feed(rest)
-        if self._state != "magic" or self._buf or self._skip:
-            raise EOFError("zstd data ends inside a frame")
-
-    def _feed(self, data: bytes) -> None:
-        i, n = 0, len(data)
-        while i < n:
-            if self._skip:
-                k = min(self._skip, n - i)
-                self._skip -= k
-                i += k
-                continue
-            take = min(self._need - len(self._buf), n - i)
-            self._buf += data[i : i + take]
-            i += take
-            if len(self._buf) == self._need:
-                header, self._buf = self._buf, b""
-                self._parse(header)
-
-    def _parse(self, header: bytes) -> None:
-        state = self._state
-        if state == "magic":
-            magic = int.from_bytes(header, "little")
-            if magic == self._MAGIC:
-                self._state, self._need = "descriptor", 1
-            elif magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
-                self._state, self._need = "skippable", 4
-            else:
-                raise ValueError("not zstd data (bad frame magic number)")
-        elif state == "descriptor":
-            fhd = header[0]
-            single = (fhd >> 5) & 1
-            self._checksum = bool((fhd >> 2) & 1)
-            window = 0 if single else 1
-            dict_id = (0, 1, 2, 4)[fhd & 3]
-            content_size = ((1 if single else 0), 2, 4, 8)[fhd >> 6]
-            self._skip = window + dict_id + content_size
-            self._state, self._need = "block", 3
-        elif state == "skippable":
-            self._skip = int.from_bytes(header, "little")
-            self._state, self._need = "magic", 4
-        elif state == "block":
-            value = int.from_bytes(header, "little")
-            last, kind, size = value & 1, (value >> 1) & 3, value >> 3
-            if kind == 3:
-                raise ValueError("corrupt zstd block (reserved block type)")
-            self._skip = 1 if kind == 1 else size
-            if not last:
-                self._need = 3
-            elif self._checksum:
-                self._state, self._need = "checksum", 4
-            else:
-                self._state, self._need = "magic", 4
-        else:  # checksum
-            self._state, self._need = "magic", 4
-
-
 def open_piece(piece: Piece) -> BinaryIO:
-    """Open the stream for a byte-range piece, positioned for ``LineReader`` (see ``start_of``)."""
+    """Open the stream for a byte-range piece, positioned for its ``LineReader``
+    (one byte before ``start``, to tell whether ``start`` is a line start)."""
     stream = open_decompressed(piece.url, piece.compression)
     if piece.start > 0:
         stream.seek(piece.start - 1)
     return stream
-
-
-def consumed_bytes(stream, end_pos: int) -> int:
-    """Bytes of the input file behind a span ending at ``end_pos`` of a whole-file read: the
-    compressed size for a compressed stream, else ``end_pos`` itself."""
-    return stream.raw_tell() if isinstance(stream, _Decompressing) else end_pos
 
 
 # --------------------------------------------------------------------------- lines
@@ -307,98 +104,127 @@ class LineReader:
         self._chunk = chunk_bytes
         self.pos = start
         self.bom = 0  # 3 once a byte-order mark was dropped at offset 0
+        self._bom_pending = 0  # the dropped mark's bytes, not yet added to an offset
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
-        read = self._stream.read
         limit = self._limit
-        if self._start > 0:
-            pos = self._start - 1
-            drop = True  # the partial line before the first line start >= start
-        else:
-            pos = 0
-            drop = False
-        bom = 0
-        carry = b""  # the current (unfinished) line, while it is within the limit
-        # Once the current line is over the limit: its length so far, its first HEAD_BYTES
-        # and whether it has a non-whitespace byte. These depend only on the line, never on
-        # where chunks were cut, so every range classifies the line the same way.
-        long_len = -1
-        long_head = b""
-        long_text = False
-        first = pos == 0
-        while True:
-            chunk = read(self._chunk)
-            if not chunk:
-                break
-            if first:
-                first = False
-                while len(chunk) < 3 and BOM.startswith(chunk):  # a short first read
-                    more = read(self._chunk)
-                    if not more:
-                        break
-                    chunk += more
-                if chunk.startswith(BOM):
-                    bom = self.bom = 3
-                    chunk = chunk[3:]
+        pos = self._start - 1 if self._start > 0 else 0
+        drop = self._start > 0  # the partial line before the first line start >= start
+        line = _LineInProgress(limit)
+        for chunk in self._chunks(at_file_start=pos == 0):
             parts = chunk.split(b"\n")
-            last = parts.pop()
+            rest = parts.pop()
             if parts:
-                # parts[0] completes the current line
-                head = parts[0]
-                if long_len >= 0:
-                    length = long_len + len(head)
-                    if len(long_head) < HEAD_BYTES:
-                        long_head += head[: HEAD_BYTES - len(long_head)]
-                    long_text = long_text or bool(head.strip())
-                    item = (pos, long_head if long_text else b"", True)
-                else:
-                    line = carry + head if carry else head
-                    length = len(line)
-                    item = (pos, line, False) if length <= limit else _too_long(pos, line)
-                pos += length + 1 + bom
-                bom = 0
-                carry, long_len = b"", -1
+                # parts[0] ends the line in progress
+                kept, length, too_long = line.finish(parts[0])
+                start, pos = pos, pos + length + 1 + self._take_bom()
                 if drop:
                     drop = False
                 else:
                     self.pos = pos
-                    yield item
-                for line in islice(parts, 1, None):
-                    start = pos
-                    pos += len(line) + 1
+                    yield start, kept, too_long
+                # the lines that start and end inside this chunk
+                for whole in islice(parts, 1, None):
+                    start, pos = pos, pos + len(whole) + 1
                     self.pos = pos
-                    yield (start, line, False) if len(line) <= limit else _too_long(start, line)
-                carry = last
-            elif long_len >= 0:
-                long_len += len(last)
-                if len(long_head) < HEAD_BYTES:
-                    long_head += last[: HEAD_BYTES - len(long_head)]
-                long_text = long_text or bool(last.strip())
-                continue
-            else:
-                carry = carry + last if carry else last
-            if len(carry) > limit:  # the unfinished line went over the limit: stop keeping it
-                long_len = len(carry)
-                long_head = carry[:HEAD_BYTES]
-                long_text = bool(carry.strip())
-                carry = b""
-        # a last line without a final newline
-        if carry or long_len >= 0:
-            if long_len >= 0:
-                item, length = (pos, long_head if long_text else b"", True), long_len
-            else:
-                item, length = (pos, carry, False), len(carry)
-            pos += length + bom
+                    yield (start, whole, False) if len(whole) <= limit else _too_long(start, whole)
+            line.extend(rest)
+        if not line.is_empty():  # a last line without a final newline
+            kept, length, too_long = line.finish(b"")
+            start, pos = pos, pos + length + self._take_bom()
             if not drop:
                 self.pos = pos
-                yield item
-        elif bom:  # the file is just a BOM
-            pos += bom
-        self.pos = pos
+                yield start, kept, too_long
+        self.pos = pos + self._take_bom()  # a mark not taken yet: the file is just a mark
+
+    def _chunks(self, *, at_file_start: bool) -> Iterator[bytes]:
+        """The stream, ``chunk_bytes`` at a time; at the file start without its byte-order mark."""
+        read, size = self._stream.read, self._chunk
+        chunk = read(size)
+        if not chunk:
+            return
+        if at_file_start:
+            chunk = self._drop_bom(chunk)
+        yield chunk  # (possibly empty now: the first read was just the mark)
+        while chunk := read(size):
+            yield chunk
+
+    def _drop_bom(self, chunk: bytes) -> bytes:
+        while len(chunk) < 3 and BOM.startswith(chunk):  # a short first read
+            more = self._stream.read(self._chunk)
+            if not more:
+                break
+            chunk += more
+        if not chunk.startswith(BOM):
+            return chunk
+        self.bom = self._bom_pending = 3
+        return chunk[3:]
+
+    def _take_bom(self) -> int:
+        """The dropped mark's length, once: it belongs to the first line's extent."""
+        bom, self._bom_pending = self._bom_pending, 0
+        return bom
+
+
+class _LineInProgress:
+    """The line being read across chunks.
+
+    Kept whole while within ``limit``; past it, only its length, its first ``HEAD_BYTES`` and
+    whether it has a non-whitespace byte. These depend only on the line, never on where chunks
+    were cut, so every range classifies the line the same way.
+    """
+
+    __slots__ = ("limit", "kept", "length", "head", "has_text")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = b""  # the line so far, while within the limit
+        self.length = -1  # once over the limit: its length so far (else -1)
+        self.head = b""
+        self.has_text = False
+
+    def is_empty(self) -> bool:
+        return not self.kept and self.length < 0
+
+    def extend(self, data: bytes) -> None:
+        """Add ``data``, a part of the line that does not end it."""
+        if self.length >= 0:
+            self._grow_long(data)
+            return
+        self.kept = self.kept + data if self.kept else data
+        if len(self.kept) > self.limit:  # over the limit: stop keeping it
+            data, self.kept = self.kept, b""
+            self.length = 0
+            self._grow_long(data)
+
+    def finish(self, data: bytes) -> tuple[bytes, int, bool]:
+        """Add ``data``, the line's last part, and start a new line. Returns ``(line, length,
+        too_long)``: for a line over the limit, ``line`` is its head (``b""`` if all whitespace)."""
+        if self.length >= 0:
+            self._grow_long(data)
+            done = (self.head if self.has_text else b"", self.length, True)
+            self.length, self.head, self.has_text = -1, b"", False
+            return done
+        whole = self.kept + data if self.kept else data
+        self.kept = b""
+        if len(whole) <= self.limit:
+            return whole, len(whole), False
+        return _kept_head(whole), len(whole), True
+
+    def _grow_long(self, data: bytes) -> None:
+        self.length += len(data)
+        if len(self.head) < HEAD_BYTES:
+            self.head += data[: HEAD_BYTES - len(self.head)]
+        self.has_text = self.has_text or bool(data.strip())
+
+
+def _kept_head(line: bytes) -> bytes:
+    """What is kept of an over-long line: its head, or nothing if it is all whitespace."""
+    return line[:HEAD_BYTES] if line.strip() else b""
 
 
 def _too_long(start: int, line: bytes) -> tuple[int, bytes, bool]:
-    return (start, line[:HEAD_BYTES] if line.strip() else b"", True)
+    return (start, _kept_head(line), True)
 
 
 def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
@@ -409,10 +235,11 @@ def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
 
 
 class OwnedLines:
-    """The lines a text, WikiExtractor or JSONL piece owns, and the bytes of its span.
+    """The lines a piece of a line-based format owns, and the bytes of its span.
 
-    These readers follow the same ownership rules (see the module docstring) and differ only in
-    their boundary line, ``is_boundary(line, too_long)``: a blank line, a ``<doc`` line, any line.
+    Line-based formats follow the same ownership rules (see the module docstring) and differ
+    only in their boundary line, ``is_boundary(line, too_long)``: ``is_blank`` (text), a ``<doc``
+    line (WikiExtractor), ``every_line`` (JSONL: a record per line).
     Iterating starts at the first boundary when ``piece.start > 0``; the reader stops at the
     first boundary for which ``ends_at(start)``. Use as a context manager: on exit, also after
     an error or an early close, the span is added to ``stats.bytes_read`` and the stream closed.
@@ -473,6 +300,11 @@ def chunk_size_for(piece: Piece) -> int:
     if piece.end is None:
         return CHUNK_BYTES
     return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, piece.end - piece.start + MIN_CHUNK_BYTES // 4))
+
+
+def every_line(line: bytes, too_long: bool) -> bool:
+    """The boundary of record-per-line formats: every line starts a record."""
+    return True
 
 
 def is_blank(line: bytes, too_long: bool = False) -> bool:

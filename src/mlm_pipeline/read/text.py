@@ -9,9 +9,23 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from mlm_pipeline.read.base import Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, decode, is_blank
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank
 from mlm_pipeline.stats import ReadStats
+
+
+class TextFormat(InputFormat):
+    """text: one sentence per line, a blank line between documents (Google's format); what
+    auto-detection answers when no other format claims a file."""
+
+    name = "text"
+    fallback = True
+
+    def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
+        return byte_ranges(url, self.name, size, split_bytes)
+
+    def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+        return read_text(piece, options, stats)
 
 
 class DocumentBuffer:

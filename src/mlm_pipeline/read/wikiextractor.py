@@ -14,11 +14,29 @@ import html
 import re
 from typing import Iterator
 
-from mlm_pipeline.read.base import Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, is_blank
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, is_blank
+from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.read.text import DocumentBuffer, decode_document
 from mlm_pipeline.stats import ReadStats
+
+
+class WikiExtractorFormat(InputFormat):
+    """wikiextractor: <doc ...> blocks, one paragraph per line, split into sentences; detected
+    by a first non-blank line that starts with ``<doc``."""
+
+    name = "wikiextractor"
+
+    def claims_head(self, sample: InputSample) -> bool:
+        return is_doc_start(sample.first_line())
+
+    def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
+        return byte_ranges(url, self.name, size, split_bytes)
+
+    def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+        return read_wikiextractor(piece, options, stats)
+
 
 _TITLE = re.compile(rb'\stitle="([^"]*)"')
 # (a title holding a quote must be HTML-escaped in the attribute; it is unescaped to compare)

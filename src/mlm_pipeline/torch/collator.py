@@ -12,6 +12,11 @@ byte-level BPE and SentencePiece, tokens without the ``Ġ``/``▁`` word-start m
 masking works for any tokenizer ``mlm_pipeline.tokenize`` loads. A token right after a special
 token or padding always starts a word.
 
+ELECTRA's masking (``masking="electra"``, for outputs of ``--objective electra``) is
+google-research/electra's, from :mod:`mlm_pipeline.electra_masking`: ``k`` positions drawn
+*with replacement* among the non-special tokens, 85% ``[MASK]`` and 15% kept (no random
+tokens), at most ``int((p + 0.005) * max_seq_length)`` predictions.
+
 Randomness is counter-based: every draw is a hash (MurmurHash3's 32-bit mixing) of ``(seed,
 epoch, sample index, position, purpose)``, computed for the whole batch at once. A sample's mask
 therefore depends on nothing but the sample and the epoch — not on the batch it lands in, the
@@ -31,6 +36,8 @@ _M32 = 0xFFFFFFFF
 _C1, _C2 = 0xCC9E2D51, 0x1B873593  # MurmurHash3 x86_32 block constants
 _F1, _F2 = 0x85EBCA6B, 0xC2B2AE35  # its finaliser
 _PURPOSE_CHOOSE, _PURPOSE_REPLACE, _PURPOSE_RANDOM_ID = 1, 2, 3
+_PURPOSE_ELECTRA_CHOOSE, _PURPOSE_ELECTRA_REPLACE = 4, 5
+MASKINGS = ("static", "dynamic", "electra")
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -139,8 +146,11 @@ class MLMCollator:
         tokenizer: a :class:`mlm_pipeline.tokenize.TextTokenizer` (or a path to load one): the
             mask and pad ids, vocabulary size, special ids and word boundaries.
         masking: ``"static"``: the masks stored in the shards; ``"dynamic"``: draw new masks at
-            load time (from pre-masked shards, the original tokens are restored first).
-        mlm_probability, max_predictions: ``k`` per instance as above (``None``: no cap).
+            load time (from pre-masked shards, the original tokens are restored first), BERT's
+            80/10/10; ``"electra"``: ELECTRA's masking at load time (see above).
+        mlm_probability, max_predictions: ``k`` per instance as above (``None``: no cap; for
+            ELECTRA's masking ``None`` is its ``int((p + 0.005) * L)`` with ``L`` = ``max_length``,
+            else the batch's width).
         whole_word_mask: mask whole words (dynamic masking only).
         seed: seed of the dynamic masks (with the sample's ``epoch`` and ``index``).
         nsp: include ``next_sentence_label`` (for ``BertForPreTraining``; leave out for
@@ -174,14 +184,14 @@ class MLMCollator:
             from mlm_pipeline.tokenize import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
-        if masking not in ("static", "dynamic"):
-            raise ValueError(f"masking must be 'static' or 'dynamic', got {masking!r}")
+        if masking not in MASKINGS:
+            raise ValueError(f"masking must be one of {', '.join(MASKINGS)}, got {masking!r}")
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if max_predictions is not None and max_predictions < 1:
             raise ValueError(f"max_predictions must be >= 1 or None, got {max_predictions}")
-        if whole_word_mask and masking == "static":
-            raise ValueError("whole_word_mask applies to dynamic masking (static masks are in the shards)")
+        if whole_word_mask and masking != "dynamic":
+            raise ValueError("whole_word_mask applies to dynamic masking (not to static or ELECTRA's masking)")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
@@ -197,6 +207,8 @@ class MLMCollator:
         self.sample_info = bool(sample_info)
         self.mask_id = int(tokenizer.special.mask)
         self.pad_id = int(tokenizer.special.pad)
+        sp = tokenizer.special  # ELECTRA never masks [CLS], [SEP], [MASK] or [PAD]
+        self._electra_ignore = np.array([sp.cls, sp.sep, sp.mask, sp.pad], dtype=np.int64)
         self.vocab_size = int(tokenizer.vocab_size)
         special = torch.zeros(max(self.vocab_size, int(tokenizer.special_id_array.max()) + 1), dtype=torch.bool)
         special[torch.from_numpy(tokenizer.special_id_array.astype(np.int64))] = True
@@ -241,7 +253,11 @@ class MLMCollator:
             ids[mrows, mpos] = torch.from_numpy(mids)  # undo stored masks: the original tokens
             index = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             epoch = torch.tensor([int(s.get("epoch", 0)) for s in samples], dtype=torch.int64)
-            ids, labels = self.mask(ids, attention.bool(), sample_keys(self.seed, epoch, index))
+            keys = sample_keys(self.seed, epoch, index)
+            if self.masking == "electra":
+                ids, labels = self.electra_mask(ids, attention, keys)
+            else:
+                ids, labels = self.mask(ids, attention.bool(), keys)
         labels[weight == 0] = IGNORE_INDEX
         batch = {
             "input_ids": ids,
@@ -257,6 +273,22 @@ class MLMCollator:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight
         return batch
+
+    def electra_mask(self, ids: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """ELECTRA's masking of clean ``ids`` ``[B, L]``: (corrupted ids, labels with -100); the
+        draws of prediction slot ``j`` of a row are hashes of (the row's key, ``j``)."""
+        from mlm_pipeline.electra_masking import electra_mask, max_predictions_per_seq
+
+        n, width = ids.shape
+        slots = self.max_predictions or max_predictions_per_seq(self.max_length or width, self.mlm_probability)
+        pos = torch.arange(slots, dtype=torch.int64)[None, :].expand(n, slots)
+        masked = electra_mask(
+            ids.numpy(), attention.numpy(), mask_id=self.mask_id, ignore_ids=self._electra_ignore,
+            choose_u=uniform(keys[:, None], pos, _PURPOSE_ELECTRA_CHOOSE).numpy(),
+            replace_u=uniform(keys[:, None], pos, _PURPOSE_ELECTRA_REPLACE).numpy(),
+            max_predictions=slots, mask_prob=self.mlm_probability,
+        )
+        return torch.from_numpy(masked.input_ids), torch.from_numpy(masked.labels(IGNORE_INDEX))
 
     def mask(self, ids: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Dynamic masking of clean ``ids`` ``[B, L]``: (corrupted ids, labels with -100).

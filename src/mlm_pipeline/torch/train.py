@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mlm_pipeline.environment import configure_process
 from mlm_pipeline.torch.collator import IGNORE_INDEX
-from mlm_pipeline.torch.dataset import MLMDataLoader, MLMDataset
+from mlm_pipeline.torch.dataset import MLMDataset
+from mlm_pipeline.torch.loader import MLMDataLoader
 
 _ROW_BUCKET = 128
 
@@ -42,7 +44,7 @@ class TrainConfig:
     hidden: int = 128
     heads: int = 2
     intermediate: int | None = None  # default 4 * hidden
-    masking: str = "auto"  # auto | static | dynamic
+    masking: str = "auto"  # auto | static | dynamic | electra (auto: the output's, see MLMDataset.collator)
     whole_word_mask: bool = False
     seed: int = 0
     output_dir: str = "train-out"
@@ -64,9 +66,9 @@ class TrainConfig:
             bad.append(f"lr must be > 0 (got {self.lr})")
         if self.hidden % self.heads:
             bad.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
-        if self.masking not in ("auto", "static", "dynamic"):
-            bad.append(f"masking must be auto, static or dynamic (got {self.masking!r})")
-        if self.whole_word_mask and self.masking == "static":
+        if self.masking not in ("auto", "static", "dynamic", "electra"):
+            bad.append(f"masking must be auto, static, dynamic or electra (got {self.masking!r})")
+        if self.whole_word_mask and self.masking in ("static", "electra"):
             bad.append("whole_word_mask needs dynamic masking")
         if self.num_workers < 0 or self.eval_batches < 0 or self.save_every < 0:
             bad.append("num_workers, eval_batches and save_every must be >= 0")
@@ -221,7 +223,7 @@ def main(config: TrainConfig) -> dict:
     config.validate()
     if config.threads:
         torch.set_num_threads(config.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    configure_process()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(config.seed, workers=False, verbose=False)

@@ -1,0 +1,50 @@
+"""The errors a user sees: each says what is wrong and what to do, and the CLI prints it as one line.
+
+They live here, below every other module, so that any layer can raise them without importing
+the layer that defines them (``fs`` raising ``InputError`` used to import the readers).
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base of every user-facing error of mlm-pipeline (the CLI exits 2 on these, without traceback)."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """A setting is invalid; the message says which and why."""
+
+
+class InputError(PipelineError, ValueError):
+    """A user-facing problem with an input (missing, unreadable, not of the stated format)."""
+
+
+class OutputError(PipelineError, ValueError):
+    """The output location cannot be used (unwritable, or holds a run with other settings)."""
+
+
+class TokenizerError(PipelineError, ValueError):
+    """The tokenizer could not be loaded or lacks a token the pipeline needs."""
+
+
+class InspectError(PipelineError, ValueError):
+    """A file or directory is not a readable output of mlm-pipeline."""
+
+
+class IncompleteRun(PipelineError, RuntimeError):
+    """Some tasks have no marker yet; ``missing`` lists their ids."""
+
+    def __init__(self, output: str, missing: list[str], total: int):
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        super().__init__(f"{output}: {len(missing)} of {total} tasks are not complete yet ({shown})")
+        self.missing = missing
+        self.total = total
+
+
+class TaskFailed(PipelineError, RuntimeError):
+    """A task raised; the message names the task and its input piece."""
+
+    def __init__(self, task, cause: BaseException):
+        super().__init__(f"task {task.task_id} ({task.describe()}) failed: {type(cause).__name__}: {cause}")
+        self.task = task
+        self.cause = cause

@@ -1,0 +1,106 @@
+"""What an output format is: a shard writer and a shard reader under one name.
+
+A format is an :class:`OutputFormat` value (composition, no base class to inherit): the name
+recorded in the manifest's ``format`` field, which is also the shard files' extension, a function
+that opens a writer on a binary file, a function that reads a whole shard, and optionally one
+that opens a shard for reading row ranges (the torch loader reads windows of rows). Formats are
+looked up by name in the registry of :mod:`mlm_pipeline.formats`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from mlm_pipeline.instances.batch import InstanceBatch
+
+__all__ = ["OutputFormat", "ShardRows", "ShardWriter", "WholeShardRows"]
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class ShardWriter(Protocol):
+    """Appends blocks of instances to one shard file (an open binary file it does not close)."""
+
+    def write(self, batch: InstanceBatch) -> None: ...
+
+    def close(self) -> None:
+        """Finish the file's content (footers, indexes); the caller closes the file."""
+
+
+class ShardRows(Protocol):
+    """One shard opened for reading row ranges; it may keep the file open between calls."""
+
+    def read(self, start: int, stop: int) -> InstanceBatch:
+        """Rows ``[start, stop)``; ``ValueError`` if the shard has fewer rows than ``stop``."""
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """An output format: its name, its writer and its readers.
+
+    Attributes:
+        name: the manifest's ``format`` value and the shard files' extension (``part-….NAME``):
+            lowercase letters, digits and ``_``.
+        open_writer: ``open_writer(f, *, max_seq_length, max_predictions) -> ShardWriter`` for an
+            open binary file ``f`` (the limits are those of the run; a format may ignore them).
+            ``max_predictions`` 0 means the run's instances carry no masks and no NSP labels and
+            the layout has no masked-LM slots (ELECTRA's): TFRecord then writes only
+            ``input_ids``, ``input_mask`` and ``segment_ids``.
+        read_shard: ``read_shard(url) -> InstanceBatch``, the whole shard at a local path or
+            fsspec URL.
+        open_rows: ``open_rows(url) -> ShardRows`` for reading row ranges without reading the
+            whole shard; ``None`` if the format has no such access (:meth:`rows` then reads the
+            shard once and slices it).
+    """
+
+    name: str
+    open_writer: Callable[..., ShardWriter]
+    read_shard: Callable[[str], InstanceBatch]
+    open_rows: Callable[[str], ShardRows] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"an output format's name is its shard files' extension: lowercase letters, digits and _ "
+                f"starting with a letter, got {self.name!r}"
+            )
+        for field in ("open_writer", "read_shard"):
+            if not callable(getattr(self, field)):
+                raise ValueError(f"output format {self.name!r}: {field} must be callable")
+        if self.open_rows is not None and not callable(self.open_rows):
+            raise ValueError(f"output format {self.name!r}: open_rows must be callable or None")
+
+    @property
+    def extension(self) -> str:
+        """The shard files' extension, with its dot."""
+        return f".{self.name}"
+
+    def rows(self, url: str) -> ShardRows:
+        """A shard opened for reading row ranges (the format's own access, else whole-shard reads)."""
+        if self.open_rows is not None:
+            return self.open_rows(url)
+        return WholeShardRows(self.read_shard, url)
+
+
+class WholeShardRows:
+    """Row ranges of a shard read whole once (for formats without row-range access)."""
+
+    def __init__(self, read_shard: Callable[[str], InstanceBatch], url: str):
+        self._read_shard = read_shard
+        self._url = url
+        self._batch: InstanceBatch | None = None
+
+    def read(self, start: int, stop: int) -> InstanceBatch:
+        if self._batch is None:
+            self._batch = self._read_shard(self._url)
+        if stop > len(self._batch):
+            raise ValueError(f"{self._url}: has {len(self._batch)} rows, rows up to {stop} requested")
+        return self._batch.slice(start, stop)
+
+    def close(self) -> None:
+        self._batch = None

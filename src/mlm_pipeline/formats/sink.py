@@ -1,0 +1,261 @@
+"""Shard files of any output format: stream blocks into a temporary file, then commit it atomically.
+
+The one place that handles a shard's life, whatever its format: a shard is first written to a
+temporary local file (inside ``OUTPUT/_tmp/`` for local outputs, so the final ``os.replace`` stays
+on one filesystem; a system temp dir for object stores, then one upload, which appears only once
+complete), hashed (SHA-256) while it is written, then committed under its final name. Nothing
+named like a shard exists until it is whole. The format (from the registry) only encodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from mlm_pipeline import fs
+from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.formats import OutputFormat, get_output_format
+from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.run import layout
+
+
+class HashingFile(io.RawIOBase):
+    """A local file opened for writing that computes its SHA-256 as the bytes go through, so a
+    finished shard need not be read back to be hashed for the manifest."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._f = open(path, "wb")
+        self._sha256 = hashlib.sha256()
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._sha256.update(data)
+        written = self._f.write(data)
+        self._position += written
+        return written
+
+    def tell(self) -> int:
+        return self._position
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+
+
+
+def commit_file(local_tmp: str, dest_url: str) -> None:
+    """Move a finished local file to its final URL, atomically."""
+    if fs.is_local(dest_url):
+        _, dest = fs.get_fs(dest_url)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.replace(local_tmp, dest)
+    else:
+        filesystem, dest = fs.get_fs(dest_url)
+        filesystem.put_file(local_tmp, dest)
+        os.unlink(local_tmp)
+
+
+def tmp_dir_for(output: str) -> str:
+    if fs.is_local(output):
+        _, path = fs.get_fs(output)
+        d = layout.tmp_dir(path)
+        os.makedirs(d, exist_ok=True)
+        return d
+    return tempfile.gettempdir()
+
+
+def clean_tmp(output: str) -> None:
+    """Remove leftovers of killed runs (never visible as shards, but they take space)."""
+    if fs.is_local(output):
+        _, path = fs.get_fs(output)
+        shutil.rmtree(layout.tmp_dir(path), ignore_errors=True)
+
+
+class ShardSink:
+    """Writes a task's instances into ``part-TASK-00000``, ``-00001``... of bounded size.
+
+    ``fmt`` is a format name of the registry (the run's ``format`` setting) or an
+    :class:`OutputFormat`; :meth:`close` returns the manifest entries of the committed shards.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        task_id: str,
+        *,
+        fmt: str | OutputFormat,
+        max_instances_per_shard: int,
+        max_seq_length: int,
+        max_predictions: int,
+    ):
+        self.output = output
+        self.task_id = task_id
+        self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
+        self.limit = max_instances_per_shard
+        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions}
+        self.tmp_dir = tmp_dir_for(output)
+        self.shards: list[dict] = []
+        self._writer = None
+        self._file: HashingFile | None = None
+        self._tmp_path = None
+        self._count = 0
+
+    def _open(self) -> None:
+        self._tmp_path = os.path.join(self.tmp_dir, layout.tmp_shard_name(self.task_id))
+        self._file = HashingFile(self._tmp_path)
+        self._writer = self.format.open_writer(self._file, **self.writer_args)
+        self._count = 0
+
+    def _close_file(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._file.close()
+
+    def _commit(self) -> None:
+        self._close_file()
+        name = layout.shard_name(self.task_id, len(self.shards), self.format.name)
+        size = os.path.getsize(self._tmp_path)
+        if size != self._file.tell():
+            raise OSError(f"{self._tmp_path}: {size} bytes on disk, {self._file.tell()} written")
+        digest = self._file.hexdigest()
+        commit_file(self._tmp_path, fs.join(layout.shards_url(self.output), name))
+        self.shards.append(
+            {"path": layout.shard_path(name), "instances": self._count, "bytes": size, "sha256": digest}
+        )
+        self._writer = None
+        self._file = None
+        self._tmp_path = None
+
+    def write(self, batch: InstanceBatch) -> None:
+        start = 0
+        while start < len(batch):
+            if self._writer is None:
+                self._open()
+            room = self.limit - self._count
+            stop = min(len(batch), start + room)
+            self._writer.write(batch.slice(start, stop))
+            self._count += stop - start
+            start = stop
+            if self._count >= self.limit:
+                self._commit()
+
+    def close(self) -> list[dict]:
+        if self._writer is not None and self._count > 0:
+            self._commit()
+        elif self._writer is not None:
+            self._close_file()
+            os.unlink(self._tmp_path)
+        return self.shards
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            try:
+                self._close_file()
+            finally:
+                if self._tmp_path and os.path.exists(self._tmp_path):
+                    os.unlink(self._tmp_path)
+
+
+class OutFilesSink:
+    """Writes a task's instances round-robin into its share of ELECTRA's ``N`` output files.
+
+    ``pretrain_data.tfrecord-{i}-of-{N}`` under ``OUTPUT/pretrain_tfrecords/``. As in ELECTRA's
+    multi-process run, task ``j`` of ``T`` owns the files ``i`` with ``i % T == j`` and deals
+    its instances to them in turn; with one task (a reference run), instance ``n`` goes to file
+    ``n % N``, as ELECTRA writes them. Every owned file is committed, empty ones too (ELECTRA
+    creates all ``N``). Files are appended to per block (opened, written, closed), so ``N``
+    files never need ``N`` open handles; their SHA-256 is computed as the bytes go through.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        task_id: str,
+        *,
+        fmt: str | OutputFormat,
+        task_index: int,
+        task_count: int,
+        num_out_files: int,
+        max_seq_length: int,
+        max_predictions: int,
+    ):
+        if num_out_files < task_count:
+            raise ConfigError(
+                f"--num-out-files {num_out_files} is fewer than the run's {task_count} tasks (each task writes "
+                f"its own files): give at least {task_count}, or a larger --split-size"
+            )
+        self.output = output
+        self.task_id = task_id
+        self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
+        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions}
+        self.indices = list(range(task_index, num_out_files, task_count))
+        self.names = [layout.out_file_name(i, num_out_files) for i in self.indices]
+        tmp = tmp_dir_for(output)
+        self.tmp_paths = [os.path.join(tmp, layout.tmp_shard_name(task_id)) for _ in self.indices]
+        self.hashes = [hashlib.sha256() for _ in self.indices]
+        self.counts = [0] * len(self.indices)
+        self.sizes = [0] * len(self.indices)
+        self.next = 0  # the file the next instance goes to (an index into ``self.indices``)
+        for path in self.tmp_paths:
+            open(path, "wb").close()
+
+    def write(self, batch: InstanceBatch) -> None:
+        m = len(self.indices)
+        rows = (self.next + np.arange(len(batch))) % m
+        for k in range(min(m, len(batch))):
+            taken = np.flatnonzero(rows == k)
+            buffer = io.BytesIO()
+            writer = self.format.open_writer(buffer, **self.writer_args)
+            writer.write(batch.take(taken))
+            writer.close()
+            data = buffer.getbuffer()
+            with open(self.tmp_paths[k], "ab") as f:
+                f.write(data)
+            self.hashes[k].update(data)
+            self.sizes[k] += len(data)
+            self.counts[k] += len(taken)
+        self.next = (self.next + len(batch)) % m
+
+    def close(self) -> list[dict]:
+        shards = []
+        for name, path, digest, count, size in zip(self.names, self.tmp_paths, self.hashes, self.counts, self.sizes):
+            if os.path.getsize(path) != size:
+                raise OSError(f"{path}: {os.path.getsize(path)} bytes on disk, {size} written")
+            commit_file(path, fs.join(layout.out_files_url(self.output), name))
+            shards.append({"path": layout.out_file_path(name), "instances": count, "bytes": size,
+                           "sha256": digest.hexdigest()})
+        return shards
+
+    def abort(self) -> None:
+        for path in self.tmp_paths:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_predictions: int):
+    """The sink a run's settings ask for: ELECTRA's output files with ``num_out_files``, else shards."""
+    if config.num_out_files is not None:
+        return OutFilesSink(
+            config.output, task_id, fmt=config.format, task_index=task_index, task_count=task_count,
+            num_out_files=config.num_out_files, max_seq_length=config.max_seq_length,
+            max_predictions=max_predictions,
+        )
+    return ShardSink(
+        config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
+        max_seq_length=config.max_seq_length, max_predictions=max_predictions,
+    )

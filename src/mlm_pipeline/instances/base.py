@@ -1,0 +1,157 @@
+"""The objective contract: what every instance builder takes, returns and declares.
+
+An objective turns a block of tokenized documents into unmasked (or, in reference mode, already
+masked) instances. It is one frozen :class:`Objective` value registered by name
+(``mlm_pipeline.instances.register_objective``); the task calls ``objective.build(docs, ctx)``
+and never looks at the name. Masking is a separate stage run by the task after building.
+
+A builder must be a pure function of ``(docs, ctx)``: every random draw comes from ``ctx.rng``
+(seeded from the global seed, the task and the block), so output never depends on worker count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+
+import numpy as np
+
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
+
+if TYPE_CHECKING:  # types only: importing this package must not load the tokenizer library
+    from mlm_pipeline.stats import ReadStats
+    from mlm_pipeline.tokenize import SpecialIds, TextTokenizer
+
+Masking = Literal["static", "none"]
+
+
+@dataclass
+class TokenizedDocs:
+    """A block of tokenized documents: flat ids, per-sentence lengths, per-document sentence counts.
+
+    Sentences that tokenized to nothing and documents left without a sentence are already gone.
+    """
+
+    ids: np.ndarray  # int32 [tokens]
+    sentence_lengths: np.ndarray  # int64 [sentences], all > 0
+    doc_sentences: np.ndarray  # int64 [documents], all > 0
+
+    @property
+    def sentence_offsets(self) -> np.ndarray:
+        return lengths_to_offsets(self.sentence_lengths)
+
+    @property
+    def doc_offsets(self) -> np.ndarray:
+        return lengths_to_offsets(self.doc_sentences)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a builder gets besides the documents: the run's settings (``max_seq_length``,
+    ``dupe_factor``, ...), the tokenizer (special ids, vocab size) and the block's generator.
+
+    ``settings`` is the run's ``PrepareConfig``; it is typed ``Any`` because ``config`` imports
+    this package (to check ``objective`` against the registry), not the other way round.
+    """
+
+    settings: Any
+    tokenizer: TextTokenizer
+    rng: np.random.Generator
+
+    @property
+    def special(self) -> SpecialIds:
+        return self.tokenizer.special
+
+
+@dataclass(frozen=True)
+class ReferenceContext:
+    """What a reference mode gets besides its input files: the settings (its seed included: a
+    reference draws its own random stream, as the script it reproduces does), the tokenizer, and
+    the read counters it must fill (bytes, documents, sentences). ``settings`` is the run's
+    ``PrepareConfig``, typed ``Any`` as in :class:`BuildContext`."""
+
+    settings: Any
+    tokenizer: TextTokenizer
+    read_stats: ReadStats
+
+
+BuildFn = Callable[[TokenizedDocs, BuildContext], "tuple[InstanceBatch, dict[str, int]]"]
+ReferenceFn = Callable[[Sequence[str], ReferenceContext], Iterator["tuple[InstanceBatch, dict[str, int]]"]]
+
+
+@dataclass(frozen=True)
+class ReferenceMode:
+    """An objective's reference mode: reproduce another tool's output instance for instance.
+
+    ``build(urls, ctx)`` reads the task's input files whole (its own parsing and tokenizer
+    quirks) and yields ``(batch, counts)`` pairs in output order; ``counts`` may hold ``tokens``
+    (tokens read). ``unit`` is what one task holds: ``"file"`` (one task per input file, as
+    Google's BERT script run per file) or ``"corpus"`` (every input file in one task, for a
+    script that reads a whole directory). ``masking`` is the masking its output carries; a run in
+    reference mode must ask for exactly that. ``num_out_files``: the script's fixed number of
+    output files, the run's ``--num-out-files`` unless given (``None``: ordinary shards).
+    """
+
+    build: ReferenceFn
+    unit: Literal["file", "corpus"]
+    masking: Masking
+    help: str
+    num_out_files: int | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One way of building instances, registered under ``name``.
+
+    ``build(docs, ctx)`` returns the block's instances in their final (shuffled) order and
+    ``counts`` to add to the task's stats (``instances`` at least). ``has_nsp_labels`` says
+    whether its batches carry ``next_sentence_labels``; ``default_masking`` is the ``--masking``
+    used when none is given; ``reference`` is its reference mode, if it has one.
+
+    ``sequence_features_only``: unmasked, its shards hold only ``input_ids``, ``input_mask`` and
+    ``segment_ids`` (ELECTRA's layout: the trainer masks), written with no masked-LM slots
+    (``max_predictions`` 0); otherwise BERT's full layout, empty masked-LM features included (as
+    ``tokens`` and ``packed`` write with ``--masking none``). ``tokenizer_flavor``: the text
+    normalization ``--tokenizer-flavor auto`` resolves to. ``check(settings)``: raises
+    ``ValueError`` for settings the objective cannot work with (run as part of config validation).
+    ``load_masking``: how the torch loader masks its unmasked outputs: ``dynamic`` (BERT's
+    80/10/10) or ``electra`` (ELECTRA's: with replacement, 85% ``[MASK]``, no random tokens).
+    """
+
+    name: str
+    build: BuildFn
+    help: str
+    has_nsp_labels: bool
+    default_masking: Masking = "static"
+    reference: ReferenceMode | None = None
+    sequence_features_only: bool = False
+    tokenizer_flavor: str = "bert"
+    check: Callable[[Any], None] | None = None
+    load_masking: Literal["dynamic", "electra"] = "dynamic"
+
+    def writes_sequence_features_only(self, masking: str) -> bool:
+        """Whether a run with this ``--masking`` writes ELECTRA's three features only."""
+        return self.sequence_features_only and masking == "none"
+
+
+def repeat_shuffled(batch: InstanceBatch, copies: int, rng: np.random.Generator) -> InstanceBatch:
+    """``copies`` of every row, all in one random order (masking later tells the copies apart):
+    ``dupe_factor`` for builders whose instances do not depend on random draws."""
+    return batch.take(rng.permutation(len(batch) * copies) % len(batch))
+
+
+_UNIFORM_BLOCK = 8192
+
+
+def uniform_stream(rng: np.random.Generator) -> Callable[[], float]:
+    """A function returning the next uniform of ``rng``, drawn in blocks of 8192 (the first at
+    once): scalar draws from a numpy Generator cost about a microsecond each, and builders that
+    decide instance by instance (``nsp``, ``electra``) make several draws per instance."""
+    first = rng.random(_UNIFORM_BLOCK).tolist()
+
+    def stream() -> Iterator[float]:
+        yield from first
+        while True:
+            yield from rng.random(_UNIFORM_BLOCK).tolist()
+
+    return stream().__next__

@@ -1,0 +1,143 @@
+"""How google-research/bert's ``create_pretraining_data.py`` reads and tokenizes text.
+
+Its input loop (the first part of ``create_training_instances``) and its ``FullTokenizer`` differ
+from Python's text mode and from HF ``tokenizers`` in a few places that change instances:
+
+* lines come from TensorFlow's ``GFile.readline``: they end at ``\\n`` only and every ``\\r``
+  is dropped (TF's line reader skips them, even inside a line); bytes are decoded as UTF-8 with
+  invalid bytes ignored; every line is ``str.strip()``-ped and a blank line ends a document;
+* literal ``[SEP]``/``[MASK]``... in the text are split like any other text (the Google tokenizer
+  has no special-token matching);
+* words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's is 100);
+* a word-final capital sigma lower-cases to ``ς`` (Python's ``str.lower``, which Google uses);
+* a vocab id is its line number in ``vocab.txt``, and a piece is a continuation when its string
+  starts with ``##``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import unicodedata
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from mlm_pipeline.errors import TokenizerError
+from mlm_pipeline.instances.batch import lengths_to_offsets
+from mlm_pipeline.tokenize import TextTokenizer, encode_ids
+
+# Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
+REFERENCE_MAX_INPUT_CHARS_PER_WORD = 200
+
+
+def split_reference_lines(text: str) -> list[str]:
+    """Cut text into lines the way the reference's ``tf.gfile.GFile.readline`` does.
+
+    Lines end at ``\\n`` only (not at ``\\r``, ``\\x0b``, ``\\u2028``... as ``str.splitlines`` or
+    Python's text mode would), and every ``\\r`` is dropped, also in the middle of a line.
+    """
+    return text.replace("\r", "").split("\n")
+
+
+def read_reference_documents(lines: Iterable[str]) -> list[list[str]]:
+    """Documents as lists of sentence strings, parsed like the reference.
+
+    Every line is stripped (``str.strip``, i.e. Python's idea of whitespace); a line that is then
+    empty ends the current document; any other line is a sentence of the current document. The
+    first document starts before the first line. Give lines as :func:`split_reference_lines`
+    cuts them (``\\r`` is dropped here too). Documents without any line are left out; sentences
+    are kept even if they will tokenize to nothing (:func:`tokenize_reference_documents` drops
+    those, and then any document left empty, as the reference does).
+    """
+    documents: list[list[str]] = [[]]
+    for line in lines:
+        line = line.replace("\r", "").strip()
+        if line:
+            documents[-1].append(line)
+        elif documents[-1]:
+            documents.append([])
+    if not documents[-1]:
+        documents.pop()
+    return documents
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[Tokenizer, bool]:
+    """The same tokenizer made to split like Google's, and whether it lower-cases.
+
+    Two changes: no added-token matching (HF matches ``[SEP]``, ``[MASK]``... in the raw text as
+    single tokens; Google's BasicTokenizer splits them into ``[``, ``sep``, ``]``) and Google's
+    200-character word limit instead of HF's 100.
+    """
+    spec = json.loads(tokenizer.tokenizer.to_str())
+    spec["added_tokens"] = []
+    model = spec.get("model") or {}
+    if model.get("type") == "WordPiece":
+        model["max_input_chars_per_word"] = REFERENCE_MAX_INPUT_CHARS_PER_WORD
+    normalizer = spec.get("normalizer") or {}
+    lowercases = normalizer.get("type") == "BertNormalizer" and bool(normalizer.get("lowercase"))
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok, lowercases
+
+
+def _google_lower(text: str) -> str:
+    """Lower-case like Google's BasicTokenizer: Python's ``str.lower`` after its text cleaning.
+
+    Only needed where the two lower-casings differ: Python turns a word-final capital sigma into
+    ``ς``, HF's per-character lower-casing always gives ``σ``. The characters Google's cleaning
+    removes (NUL, U+FFFD, control and format characters) are removed first because they change
+    what counts as word-final; HF would remove them anyway.
+    """
+    return "".join(
+        c
+        for c in text
+        if not (c == "\ufffd" or (c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf")))
+    ).lower()
+
+
+def tokenize_reference_documents(
+    documents: Sequence[Sequence[str]], tokenizer: TextTokenizer
+) -> list[list[np.ndarray]]:
+    """Tokenize every sentence in batched calls; drop empty sentences, then empty documents.
+
+    Returns, per kept document, one int32 id array per kept sentence (views into one flat array).
+    """
+    sentences = [s for doc in documents for s in doc]
+    if not sentences:
+        return []
+    tok, lowercases = _reference_tokenizer(tokenizer)
+    if lowercases:
+        sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
+    flat, lengths = encode_ids(tok, sentences)
+    offsets = lengths_to_offsets(lengths).tolist()
+    out: list[list[np.ndarray]] = []
+    k = 0
+    for doc in documents:
+        kept = [flat[offsets[j] : offsets[j + 1]] for j in range(k, k + len(doc)) if offsets[j + 1] > offsets[j]]
+        k += len(doc)
+        if kept:
+            out.append(kept)
+    return out
+
+
+def vocab_strings(tokenizer: TextTokenizer) -> list[str]:
+    """Vocab strings by id; ids must be 0..n-1 without gaps, as the reference's line numbers."""
+    vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
+    if len(vocab) != max(vocab.values(), default=-1) + 1:
+        raise TokenizerError(
+            f"tokenizer {tokenizer.path}: {len(vocab)} vocab entries for ids up to {max(vocab.values())}; "
+            "reference mode needs a vocab without duplicate entries (id = line number in vocab.txt)"
+        )
+    strings = [""] * len(vocab)
+    for t, i in vocab.items():
+        strings[i] = t
+    return strings
+
+
+def reference_continuation_table(tokens: Sequence[str]) -> np.ndarray:
+    """``True`` for ids whose vocab string starts with ``##`` (the reference's exact test)."""
+    return np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=len(tokens))

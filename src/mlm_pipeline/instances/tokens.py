@@ -1,0 +1,43 @@
+"""``tokens``: the block's token stream cut into plain windows, for masking at load time.
+
+Consecutive windows of ``max_seq_length - 2`` tokens regardless of sentence boundaries (the last
+window of a block may be shorter; documents are joined with a ``[SEP]``). Each instance is
+``[CLS] ... [SEP]``, segment ids all 0, no NSP; unmasked unless ``--masking static`` is asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, repeat_shuffled
+from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
+
+
+def build_token_windows(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int) -> InstanceBatch:
+    """The block's stream in windows of ``max_seq_length - 2`` tokens, in stream order."""
+    if len(docs.doc_sentences) == 0:
+        return InstanceBatch.empty(with_nsp=False)
+    stream, _, _ = token_stream(docs, sep_id)
+    cap = max_seq_length - 2
+    starts = np.arange(0, len(stream), cap, dtype=np.int64)
+    lens = np.minimum(cap, len(stream) - starts)
+    return single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
+
+
+def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
+    """The ``tokens`` objective: one windowing, ``dupe_factor`` copies of each window, shuffled."""
+    once = build_token_windows(
+        docs, max_seq_length=ctx.settings.max_seq_length, cls_id=ctx.special.cls, sep_id=ctx.special.sep
+    )
+    batch = repeat_shuffled(once, ctx.settings.dupe_factor, ctx.rng)
+    return batch, {"instances": len(batch)}
+
+
+OBJECTIVE = Objective(
+    name="tokens",
+    build=build,
+    help="tokenize only: plain windows of the token stream, for masking at load time (default --masking none)",
+    has_nsp_labels=False,
+    default_masking="none",
+)

@@ -1,0 +1,124 @@
+"""What the planner may look at before reading an input: its name and its (decompressed) head.
+
+Format detection and the binary-file check both work from an ``InputSample``, so a file's head
+is read (and decompressed) at most once, and only when a question needs it: a name that decides
+the format never opens the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from mlm_pipeline.read.compression import compression_of, read_head, strip_compression_ext
+
+SNIFF_BYTES = 8192
+"""Head size for the binary check."""
+
+DETECT_BYTES = 64 * 1024
+"""Head size for content-based format detection (enough to pass a run of blank lines)."""
+
+BOM = b"\xef\xbb\xbf"
+
+
+class InputSample:
+    """One input file as detection sees it.
+
+    ``compression`` is named by the file extension; ``name`` is the lower-cased base name
+    without a compression extension and ``extension`` its last extension (``Corpus.JSON.gz``:
+    ``corpus.json`` and ``.json``). ``head(n)`` is the first ``n`` decompressed bytes, read on
+    first use and kept.
+    """
+
+    def __init__(self, url: str, size: int | None = None) -> None:
+        self.url = url
+        self.size = size  # the file's size, if the caller knows it (spares a metadata request)
+        self.compression = compression_of(url)
+        self.name = os.path.basename(strip_compression_ext(url)).lower()
+        self.extension = os.path.splitext(self.name)[1]
+        self._head: bytes | None = None
+        self._asked = 0
+        self._first_line: bytes | None = None
+
+    def head(self, n: int = DETECT_BYTES) -> bytes:
+        """The first ``n`` bytes (decompressed). Raises ``InputError`` if the file cannot be read.
+
+        At least ``SNIFF_BYTES`` are read at once, and read again only when more is asked."""
+        if self._head is None or (n > self._asked and len(self._head) == self._asked):
+            self._asked = max(n, SNIFF_BYTES)
+            self._head = read_head(self.url, self._asked, size=self.size)
+        return self._head[:n]
+
+    def first_line(self) -> bytes:
+        """The first non-blank line of the first ``DETECT_BYTES``, stripped (a UTF-8 byte-order
+        mark dropped).
+
+        Looked for in the first ``SNIFF_BYTES`` (which the binary check reads anyway), and in
+        ``DETECT_BYTES`` only when no whole non-blank line is there: a planner sniffing 100,000
+        files then fetches 0.8 GB, not 6.4 GB."""
+        if self._first_line is None:
+            line, whole = _first_line(self.head(SNIFF_BYTES), SNIFF_BYTES)
+            if not whole:
+                line, _ = _first_line(self.head(DETECT_BYTES), DETECT_BYTES)
+            self._first_line = line
+        return self._first_line
+
+    def binary_reason(self) -> str | None:
+        """A reason string if the head does not look like text, else None (see ``binary_reason``)."""
+        return binary_reason(self.head(SNIFF_BYTES), SNIFF_BYTES)
+
+
+def _first_line(head: bytes, asked: int) -> tuple[bytes, bool]:
+    """The first non-blank line of ``head`` (the first ``asked`` bytes of a file, or all of a
+    shorter one), stripped, and whether it is whole: ended by a newline or by the end of the file.
+    Found line by line, not by splitting the whole head."""
+    start = 3 if head.startswith(BOM) else 0
+    while True:
+        end = head.find(b"\n", start)
+        if end < 0:
+            return head[start:].strip(), len(head) < asked
+        line = head[start:end].strip()
+        if line:
+            return line, True
+        start = end + 1
+
+
+# Control characters that do not occur in text (tab, LF, FF, CR, BS and ESC are allowed).
+_NON_TEXT = re.compile("[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+
+_SIGNATURES = (
+    (b"PAR1", "Parquet (name it *.parquet)"),
+    (b"\x1f\x8b", "gzip-compressed (name it *.gz)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed (name it *.zst)"),
+    (b"BZh", "bzip2-compressed (name it *.bz2)"),
+    (b"\xfd7zXZ\x00", "xz-compressed (name it *.xz)"),
+    (b"PK\x03\x04", "a zip archive"),
+)
+
+
+def binary_reason(head: bytes, asked: int) -> str | None:
+    """Why ``head`` (the first ``asked`` bytes of a file, or all of a shorter one) is not text.
+
+    Names a known binary container (Parquet, gzip, zstd, ...) by its signature; else flags
+    more than 1% NUL bytes (at least 2), or a head where more than 30% of the characters are
+    control characters or invalid UTF-8. A stray NUL costs one document (the reader skips it as
+    ``binary``); many NULs mean the file is not text at all.
+    """
+    if not head:
+        return None
+    for magic, what in _SIGNATURES:
+        if head.startswith(magic):
+            return f"binary data; it looks like {what}"
+    nuls = head.count(b"\x00")
+    if nuls > max(1, len(head) // 100):
+        return f"{nuls} NUL bytes in the first {len(head)} bytes"
+    text = head.decode("utf-8", "replace")
+    if len(head) == asked:  # the head may end inside a character
+        text = text[:-1] if text.endswith("\ufffd") else text
+    bad = text.count("\ufffd") + len(_NON_TEXT.findall(text))
+    if text and bad / len(text) > 0.30:
+        return (
+            f"{100 * bad / len(text):.0f}% control characters or invalid UTF-8 in the first "
+            f"{len(head)} bytes"
+        )
+    return None

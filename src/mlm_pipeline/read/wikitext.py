@@ -1,0 +1,369 @@
+"""Wikitext -> plain paragraphs, written here from MediaWiki's markup rules (the help pages of
+mediawiki.org), not ported from any extractor.
+
+Why this shape: cleaning is the cost of reading a dump, so every step is one compiled regex
+pass (guarded by a ``in`` test, so text without the markup costs one scan) or a linear scan
+with ``re.finditer`` over delimiters (nested templates, tables and file links by a depth
+count), and the line structure is one loop over lines; never a per-character Python loop.
+The order matters, each step assumes the previous ones:
+
+1. HTML comments; then tags whose content is not prose, with that content (``<ref>``,
+   ``<math>``, ``<gallery>``, ``<timeline>``, ``<syntaxhighlight>``, ...: ``DROPPED_TAGS``).
+2. Templates and parser functions ``{{…}}`` (nested, ``{{{…}}}`` parameters too), then tables
+   ``{|…|}`` (nested; with ``keep_tables`` their caption and cells stay, one per paragraph).
+3. File/image and category links (nested: a caption holds links; the dump's own namespace
+   names too) and interlanguage links ``[[de:…]]``.
+4. Internal links keep their label (``[[a|b]]`` -> ``b``, ``[[a]]`` -> ``a``); external links
+   keep their text (``[http://x text]`` -> ``text``, ``[http://x]`` -> nothing); a bare URL is
+   text and stays.
+5. Remaining HTML tags (content kept), bold/italic quotes, magic words (``__TOC__``), brackets
+   left empty by removed templates (``Albedo ({{IPA|…}}) is`` -> ``Albedo is``), doubled
+   spaces, spaces before ``,`` and ``.``.
+6. Lines: headings end a paragraph and are dropped (kept as their own paragraph with
+   ``keep_headings``); list and indent items (``*#:;``) are paragraphs of their own; other
+   lines join into one paragraph until a blank line, as MediaWiki renders them; lines that
+   start with ``|`` (rows of tables that templates open and close) are dropped.
+7. Entities decoded (``&nbsp;``, ``&ndash;``, ``&#91;``); paragraphs without a letter or
+   digit dropped.
+
+The input is the page's wikitext with XML escaping already undone (``&lt;ref&gt;`` is ``<ref>``).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Iterable
+
+# --------------------------------------------------------------------------- step 1
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+
+DROPPED_TAGS = (
+    "references", "ref", "math", "chem", "ce", "score", "timeline", "gallery", "imagemap",
+    "graph", "templatedata", "templatestyles", "syntaxhighlight", "source", "inputbox",
+    "categorytree", "hiero", "mapframe", "maplink", "section", "indicator", "charinsert",
+)
+"""Extension tags whose content is not prose (citations, formulas, code, galleries, ...)."""
+
+# self-closing (``<ref name="x"/>``) or paired; the paired form never crosses into a later tag
+# of the same name, so ``<ref>a</ref> b <ref>c</ref>`` keeps `` b ``
+_DROPPED_TAG = re.compile(
+    r"<(" + "|".join(DROPPED_TAGS) + r")\b(?:[^>]*?/>|[^>]*>.*?</\1\s*>)", re.S | re.I
+)
+
+# --------------------------------------------------------------------------- step 2
+
+_BRACES = re.compile(r"\{\{+|\}\}+")
+_TABLE_EDGE = re.compile(r"\{\||\|\}")
+
+# --------------------------------------------------------------------------- step 3-4
+
+FILE_NAMESPACES = ("File", "Image")
+CATEGORY_NAMESPACES = ("Category",)
+
+_LINK_EDGE = re.compile(r"\[\[|\]\]")
+_INTERLANGUAGE = re.compile(r"\[\[(?:[a-z]{2,3}(?:-[a-z]{1,8})*|simple):[^\[\]\n]*\]\]")
+_LINK = re.compile(r"\[\[:?([^\[\]|\n]*)(?:\|([^\[\]]*))?\]\]")
+_URL_SCHEMES = (
+    "https?|ftps?|sftp|irc|ircs|news|nntp|mailto|gopher|telnet|svn|git|mms|ssh|xmpp|urn|sip|"
+    "sips|tel|sms|bitcoin|magnet|geo|worldwind|redis"
+)
+_EXTERNAL_LINK = re.compile(
+    r"\[(?:(?:" + _URL_SCHEMES + r"):|//)[^\s\[\]<>\"]*[ \t]*([^\]\n]*)\]", re.I
+)
+
+# --------------------------------------------------------------------------- step 5-7
+
+_BREAK_TAG = re.compile(r"<(?:br|hr|p|div|li|dd|dt|td|th|tr)\b[^<>]*>", re.I)
+_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
+_QUOTES = re.compile("''+")
+_MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_SPACES = re.compile("  +")
+_EMPTY_PARENS = re.compile(r"\(\s*[,;:]?\s*\)")
+_PARENS_LEAD = re.compile(r"\(\s*[,;]\s*")
+_SPACE_STOP = re.compile(r" \.(?=\s|\Z)")  # (a literal prefix: a fast search; " +" is not)
+_WORD = re.compile(r"\w")
+
+
+def clean_wikitext(
+    text: str,
+    *,
+    keep_headings: bool = False,
+    keep_tables: bool = False,
+    file_namespaces: Iterable[str] = FILE_NAMESPACES,
+    category_namespaces: Iterable[str] = CATEGORY_NAMESPACES,
+) -> list[str]:
+    """The plain-text paragraphs of one page's wikitext, in order.
+
+    ``file_namespaces``/``category_namespaces``: the names whose links are dropped (a
+    language's own names, from the dump's ``<siteinfo>``, come on top of the English ones).
+    """
+    text = _strip_nested_markup(text, keep_tables)
+    text = _strip_links(text, _namespace_prefixes(file_namespaces, category_namespaces))
+    text = _strip_inline(text)
+    return _paragraphs(text, keep_headings)
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def strip_comments(text: str) -> str:
+    """``text`` without HTML comments (an unclosed one runs to the end, as MediaWiki reads it)."""
+    return _COMMENT.sub("", text) if "<!--" in text else text
+
+
+def _strip_nested_markup(text: str, keep_tables: bool) -> str:
+    text = strip_comments(text)
+    if "<" in text:
+        text = _DROPPED_TAG.sub("", text)
+    if "{{" in text:
+        text = drop_templates(text)
+    if "{|" in text:
+        text = drop_tables(text, keep_cells=keep_tables)
+    return text
+
+
+def drop_templates(text: str) -> str:
+    """``text`` without its templates, parser functions and ``{{{parameters}}}``, nested.
+
+    Brace runs are paired as MediaWiki's preprocessor pairs them: ``{{{`` opens a parameter,
+    other runs open templates two braces at a time, and a closing run closes the innermost
+    openings first (``{{a|{{{1}}}}}`` is one template). A ``{{`` that is never closed is
+    literal text: it is dropped with the rest of its line, so no braces leak. Each such opener
+    costs a scan of the rest of the text, so after ``MAX_UNCLOSED`` of them the rest of the
+    text only loses its brace runs (work stays linear on pages of stray braces).
+    """
+    out: list[str] = []
+    pos = 0
+    for _ in range(MAX_UNCLOSED):
+        pos = _drop_templates_from(text, pos, out)
+        if pos < 0:
+            return "".join(out)
+    out.append(_BRACES.sub("", text[pos:]))
+    return "".join(out)
+
+
+MAX_UNCLOSED = 20
+
+
+def _drop_templates_from(text: str, pos: int, out: list[str]) -> int:
+    """Append ``text[pos:]`` without its templates to ``out`` and return -1; at a template
+    that is never closed, append only the text before it and return the end of its line."""
+    stack: list[int] = []  # brace counts of the open constructs
+    kept_from = pos  # start of the text after the last closed construct
+    opened_at = pos  # where the outermost open construct began
+    for m in _BRACES.finditer(text, pos):
+        run = m.end() - m.start()
+        if text[m.start()] == "{":
+            if not stack:
+                opened_at = m.start()
+            if run == 3:
+                stack.append(3)
+            else:
+                if run % 2:
+                    stack.append(3)
+                    run -= 3
+                stack.extend([2] * (run // 2))
+            continue
+        if not stack:
+            continue  # a stray closing run outside any template is text
+        while run >= 2 and stack:
+            top = stack.pop()
+            run -= 3 if (top == 3 and run >= 3) else 2
+        if not stack:
+            out.append(text[kept_from:opened_at])
+            kept_from = m.end() - run  # a left-over single brace stays outside
+    if stack:
+        out.append(text[kept_from:opened_at])
+        line_end = text.find("\n", opened_at)
+        return len(text) if line_end < 0 else line_end
+    out.append(text[kept_from:])
+    return -1
+
+
+def drop_tables(text: str, keep_cells: bool = False) -> str:
+    """``text`` without its tables (``{|`` … ``|}``, nested), or with each table replaced by
+    the text of its caption and cells, one per line, when ``keep_cells``. A ``{|`` opens a
+    table only at the start of a line (after spaces or ``:`` indents), a ``|}`` closes one only
+    there too."""
+    out: list[str] = []
+    depth = 0
+    kept_from = 0
+    opened_at = 0
+    for m in _TABLE_EDGE.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        indent = text[line_start : m.start()]
+        if m.group() == "{|":
+            if indent.strip(" \t:"):
+                continue
+            if depth == 0:
+                opened_at = m.start()
+            depth += 1
+        elif depth and not indent.strip(" \t"):
+            depth -= 1
+            if depth == 0:
+                out.append(text[kept_from:opened_at])
+                if keep_cells:
+                    out.append(_table_cells(text[opened_at : m.end()]))
+                kept_from = m.end()
+    if depth:  # an unclosed table runs to the end of the page (as MediaWiki renders it)
+        out.append(text[kept_from:opened_at])
+        if keep_cells:
+            out.append(_table_cells(text[opened_at:]))
+        return "".join(out)
+    out.append(text[kept_from:])
+    return "".join(out)
+
+
+_CELL_SPLIT = re.compile(r"\|\||!!")
+_CELL_ATTRIBUTES = re.compile(r"^[^|\[\]{}]*=[^|\[\]{}]*\|(?!\|)")
+
+
+def _table_cells(table: str) -> str:
+    """The caption and cell text of a table (already free of templates), one cell a line."""
+    lines = ["\n"]
+    for line in table.split("\n"):
+        line = line.strip()
+        if not line or line.startswith(("{|", "|}", "|-")):
+            continue
+        if line.startswith("|+"):
+            cells = [line[2:]]
+        elif line[0] in "|!":
+            cells = _CELL_SPLIT.split(line[1:])
+        else:  # a continuation line of the previous cell
+            cells = [line]
+        for cell in cells:
+            cell = _CELL_ATTRIBUTES.sub("", cell, count=1).strip()
+            if cell:
+                lines.append(cell + "\n\n")
+    return "".join(lines)
+
+
+def _namespace_prefixes(file_ns: Iterable[str], category_ns: Iterable[str]) -> re.Pattern:
+    names = {n.strip() for n in (*FILE_NAMESPACES, *CATEGORY_NAMESPACES, *file_ns, *category_ns)}
+    key = tuple(sorted(n for n in names if n))
+    pattern = _PREFIX_CACHE.get(key)
+    if pattern is None:
+        alternatives = "|".join(
+            re.escape(n).replace(r"\ ", "[ _]+") for n in sorted(key, key=len, reverse=True)
+        )
+        pattern = re.compile(r"\[\[[ \t]*(?:" + alternatives + r")[ \t]*:", re.I)
+        _PREFIX_CACHE[key] = pattern
+    return pattern
+
+
+_PREFIX_CACHE: dict[tuple[str, ...], re.Pattern] = {}
+
+
+def _strip_links(text: str, namespaced: re.Pattern) -> str:
+    if "[[" in text:
+        text = _drop_namespaced_links(text, namespaced)
+        if "[[" in text:
+            text = _INTERLANGUAGE.sub("", text)
+            text = _LINK.sub(_link_text, text)
+    if "[" in text:
+        text = _EXTERNAL_LINK.sub(r"\1", text)
+    return text
+
+
+def _link_text(m: re.Match) -> str:
+    label = m.group(2)
+    if label is None or not label.strip():  # ``[[a]]``, or the pipe trick ``[[a (b)|]]``
+        return m.group(1)
+    return label
+
+
+def _drop_namespaced_links(text: str, namespaced: re.Pattern) -> str:
+    """Drop ``[[File:…]]`` and ``[[Category:…]]`` links with everything inside them (a file
+    caption may hold links of its own). ``[[:Category:X]]`` (leading colon) is an ordinary
+    link and stays."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = namespaced.search(text, pos)
+        if m is None:
+            break
+        depth = 0
+        end = -1
+        for edge in _LINK_EDGE.finditer(text, m.start()):
+            depth += 1 if edge.group() == "[[" else -1
+            if depth == 0:
+                end = edge.end()
+                break
+        if end < 0:  # never closed: drop to the end of the line
+            nl = text.find("\n", m.start())
+            end = len(text) if nl < 0 else nl
+        out.append(text[pos : m.start()])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _strip_inline(text: str) -> str:
+    if "<" in text:
+        text = _BREAK_TAG.sub(" ", text)
+        text = _TAG.sub("", text)
+    if "''" in text:
+        text = _QUOTES.sub("", text)
+    if "__" in text:
+        text = _MAGIC_WORD.sub("", text)
+    if "(" in text:
+        text = _EMPTY_PARENS.sub("", text)
+        text = _PARENS_LEAD.sub("(", text)
+    if "  " in text:
+        text = _SPACES.sub(" ", text)
+    if " ," in text:  # (spaces are single by now)
+        text = text.replace(" ,", ",")
+    if " ." in text:
+        text = _SPACE_STOP.sub(".", text)
+    return text
+
+
+def _paragraphs(text: str, keep_headings: bool) -> list[str]:
+    """Join text lines into paragraphs; headings, list items and rules end a paragraph."""
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if not line:
+            if current:
+                _add(paragraphs, " ".join(current))
+                current.clear()
+            continue
+        first = line[0]
+        if first not in _STRUCTURE:
+            current.append(line)
+            continue
+        if current:
+            _add(paragraphs, " ".join(current))
+            current.clear()
+        if first == "=":
+            if keep_headings and line[-1] == "=":
+                _add(paragraphs, line.strip("= \t"))
+            elif line[-1] != "=":  # not a heading: text that starts with "="
+                current.append(line)
+        elif first in "*#:;":
+            _add(paragraphs, line.lstrip("*#:; \t"))
+        elif first == "-":
+            rest = line.lstrip("-").strip() if line.startswith("----") else line
+            if rest:
+                current.append(rest)
+        elif first == "!" and "!!" not in line and "|" not in line:
+            current.append(line)  # text that starts with "!"
+        # other lines starting with "|" or "!": rows of tables built by removed templates
+    if current:
+        _add(paragraphs, " ".join(current))
+    return paragraphs
+
+
+_STRUCTURE = frozenset("=*#:;-|!")
+
+
+def _add(paragraphs: list[str], para: str) -> None:
+    if "&" in para:
+        para = " ".join(html.unescape(para).split())
+    if para and para[0] in ".,;:":  # what a removed template or reference left in front
+        para = para.lstrip(".,;: ")
+    if para and _WORD.search(para):
+        paragraphs.append(para)

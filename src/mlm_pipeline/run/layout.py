@@ -1,0 +1,130 @@
+"""The names and paths of a run's directory: the only module that spells them.
+
+::
+
+    OUTPUT/_run.json                 the run record: settings, tokenizer and plan fingerprints (first)
+    OUTPUT/_plan.json                the tasks and input files (``finalize`` works from the output alone)
+    OUTPUT/_tasks/TASK.json          a task's completion marker: its shards and stats (written last)
+    OUTPUT/_leases/TASK.json         claim mode: which worker holds a task, until when
+    OUTPUT/_tmp/TASK-RANDOM.partial  a shard being written (local outputs; cleared when a run starts)
+    OUTPUT/shards/part-TASK-NNNNN.FORMAT   committed shards (the format's name is the extension)
+    OUTPUT/pretrain_tfrecords/pretrain_data.tfrecord-I-of-N
+                                     with --num-out-files: ELECTRA's output files instead of shards,
+                                     where its pretraining glob (DATA_DIR/pretrain_tfrecords/
+                                     pretrain_data.tfrecord*) finds them with --data-dir OUTPUT
+    OUTPUT/manifest.json             totals and every shard (written once, at the end)
+
+Every other module asks here for a name or a URL, so moving or renaming any of these is one edit.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from mlm_pipeline import fs
+
+RUN_FILE = "_run.json"
+PLAN_FILE = "_plan.json"
+MANIFEST_FILE = "manifest.json"
+TASKS_DIR = "_tasks"
+LEASES_DIR = "_leases"
+TMP_DIR = "_tmp"
+SHARDS_DIR = "shards"
+SHARD_PREFIX = "part-"
+OUT_FILES_DIR = "pretrain_tfrecords"
+OUT_FILE_PREFIX = "pretrain_data.tfrecord"
+
+_PER_TASK_SUFFIX = ".json"  # markers and leases: one JSON object per task, named by the task id
+_PARTIAL_SUFFIX = ".partial"
+
+
+def run_url(output: str) -> str:
+    return fs.join(output, RUN_FILE)
+
+
+def plan_url(output: str) -> str:
+    return fs.join(output, PLAN_FILE)
+
+
+def manifest_url(output: str) -> str:
+    return fs.join(output, MANIFEST_FILE)
+
+
+def tasks_url(output: str) -> str:
+    """The directory of completion markers."""
+    return fs.join(output, TASKS_DIR)
+
+
+def marker_url(output: str, task_id: str) -> str:
+    return fs.join(output, TASKS_DIR, task_id + _PER_TASK_SUFFIX)
+
+
+def leases_url(output: str) -> str:
+    """The directory of claim-mode leases."""
+    return fs.join(output, LEASES_DIR)
+
+
+def lease_url(output: str, task_id: str) -> str:
+    return fs.join(output, LEASES_DIR, task_id + _PER_TASK_SUFFIX)
+
+
+def task_id_of(name: str) -> str | None:
+    """The task id a marker or lease file is named after (``00003.json`` -> ``00003``; a path's
+    last component counts); None for any other file."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    if not base.endswith(_PER_TASK_SUFFIX) or base.startswith("."):
+        return None
+    return base[: -len(_PER_TASK_SUFFIX)]
+
+
+def shards_url(output: str) -> str:
+    """The directory of committed shards."""
+    return fs.join(output, SHARDS_DIR)
+
+
+def shard_name(task_id: str, k: int, fmt: str) -> str:
+    """The file name of a task's ``k``-th shard; each output format's name is also its extension."""
+    return f"{SHARD_PREFIX}{task_id}-{k:05d}.{fmt}"
+
+
+def shard_path(name: str) -> str:
+    """A shard's path relative to the output, as markers and the manifest record it."""
+    return f"{SHARDS_DIR}/{name}"
+
+
+def out_files_url(output: str) -> str:
+    """The directory of ELECTRA-named output files (``--num-out-files``)."""
+    return fs.join(output, OUT_FILES_DIR)
+
+
+def out_file_name(index: int, num_out_files: int) -> str:
+    """ELECTRA's name of output file ``index`` of ``num_out_files`` (not zero-padded)."""
+    return f"{OUT_FILE_PREFIX}-{index}-of-{num_out_files}"
+
+
+def out_file_path(name: str) -> str:
+    """An output file's path relative to the output, as markers and the manifest record it."""
+    return f"{OUT_FILES_DIR}/{name}"
+
+
+def shard_dir_urls(output: str) -> list[str]:
+    """Every directory that can hold a run's committed shards or output files."""
+    return [shards_url(output), out_files_url(output)]
+
+
+def tmp_dir(output_path: str) -> str:
+    """Where a local output's shards are written before they are committed (a local path)."""
+    return f"{output_path.rstrip('/')}/{TMP_DIR}"
+
+
+def tmp_shard_name(task_id: str) -> str:
+    """A fresh name for a shard being written (unique, so retries and racing workers never clash)."""
+    return f"{task_id}-{uuid.uuid4().hex}{_PARTIAL_SUFFIX}"
+
+
+__all__ = [
+    "LEASES_DIR", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
+    "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
+    "shard_dir_urls",
+    "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
+]

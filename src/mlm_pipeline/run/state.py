@@ -1,0 +1,257 @@
+"""A run's state on disk: start, check, resume, and the completion markers.
+
+State lives in the output itself (names in :mod:`.layout`), so any machine can resume a run and
+any number of workers can share one:
+
+* ``_run.json`` is written first, by a conditional create: of workers starting together one
+  writes it, the others compare. A run with other output settings, another tokenizer, changed
+  inputs or another :data:`ALGORITHM` is refused rather than mixed.
+* ``_plan.json`` holds the tasks and input files, so ``finalize`` needs only the output.
+* ``_tasks/TASK.json``, a task's marker, is written last by whoever ran the task: a task is done
+  when its marker and every shard it lists exist. A task without one is redone from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from mlm_pipeline import __version__, cas, fs
+from mlm_pipeline.config import PrepareConfig, build_config
+from mlm_pipeline.errors import ConfigError, OutputError
+from mlm_pipeline.plan import Plan, Task, plan_tasks
+from mlm_pipeline.read.base import Piece
+from mlm_pipeline.run import layout
+from mlm_pipeline.stats import add_counts
+from mlm_pipeline.tokenize import load_tokenizer
+from mlm_pipeline.formats.sink import clean_tmp
+
+log = logging.getLogger("mlm_pipeline")
+
+ALGORITHM = 3
+"""Version of the default-mode blocks, instance building, shuffling and masking: the same settings
+and seed give the same bytes only under the same version, so a run started under another is not
+resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts the
+UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere)."""
+
+
+class CompletedTasks:
+    """The completed tasks of a run, with what the manifest needs of their markers: each task's
+    shards, the sum of the tasks' stats, and which tokenizer backend encoded how many tasks.
+
+    Whole markers are not kept: parsed, one holds about 20 KB (its stats' histograms), 4 GB for
+    the 200,000 tasks of a 10 TB corpus. ``task_id in completed`` and ``len`` ask what is done.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self._index = {t.task_id: t.index for t in plan.tasks}
+        self._shards: dict[int, list[dict]] = {}  # plan index -> the task's shards
+        self._stats: dict = {}
+        self._backends: Counter[str] = Counter()
+
+    @classmethod
+    def of(cls, plan: Plan, markers: Iterable[dict]) -> CompletedTasks:
+        done = cls(plan)
+        for marker in markers:
+            done.add(marker)
+        return done
+
+    def add(self, marker: dict) -> None:
+        """Count a task's marker (a task counted already is not counted twice)."""
+        index = self._index.get(marker["task_id"])
+        if index is None:
+            raise ValueError(f"task {marker['task_id']!r} is not in this run's plan")
+        if index in self._shards:
+            return
+        self._shards[index] = marker["shards"]
+        add_counts(self._stats, marker["stats"])
+        self._backends[json.dumps(marker.get("tokenizer_backend", {}), sort_keys=True)] += 1
+
+    def __contains__(self, task_id: object) -> bool:
+        return self._index.get(task_id) in self._shards  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def shards(self) -> list[dict]:
+        """Every shard, in task order (the plan's), each task's in its own order."""
+        return [s for index in sorted(self._shards) for s in self._shards[index]]
+
+    def stats(self) -> dict:
+        """The tasks' stats summed; keys of nested counts (histograms, skip reasons) sorted, so the
+        totals do not depend on the order tasks finished in."""
+        return {k: _sorted_counts(v) if isinstance(v, dict) else v for k, v in self._stats.items()}
+
+    def backends(self) -> list[dict]:
+        """Which tokenizer backend encoded how many tasks (and why any fell back to HF)."""
+        return [{**json.loads(k), "tasks": n} for k, n in sorted(self._backends.items())]
+
+
+def _sorted_counts(counts: dict) -> dict:
+    def key(k: str) -> tuple:
+        return (0, int(k), "") if k.lstrip("-").isdigit() else (1, 0, k)
+
+    return {k: _sorted_counts(counts[k]) if isinstance(counts[k], dict) else counts[k] for k in sorted(counts, key=key)}
+
+
+@dataclass
+class RunStart:
+    """What a driver needs before running tasks: the plan, the run record, the completed tasks."""
+
+    plan: Plan
+    record: dict
+    done: CompletedTasks
+
+    @property
+    def pending(self) -> list[Task]:
+        return [t for t in self.plan.tasks if t.task_id not in self.done]
+
+
+def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
+    """Plan, check or record the run in ``_run.json``, save the plan, and find completed tasks.
+
+    ``clean=False`` keeps ``_tmp/`` (other workers may be writing there: array and claim modes on
+    a shared directory).
+    """
+    # fail early on a bad tokenizer or backend name
+    tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
+                         backend=config.tokenizer_backend)
+    plan = plan_tasks(config)
+    if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
+        raise ConfigError(
+            f"--num-out-files {config.num_out_files} is fewer than the run's {len(plan.tasks)} tasks (each task "
+            f"writes its own files): give at least {len(plan.tasks)}, or a larger --split-size"
+        )
+    for s in plan.skipped_files:
+        log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
+    record = run_record(config, tok.fingerprint, plan)
+    check_or_start_run(config, record)
+    save_plan(config.output, plan, inputs=config.inputs)
+    if clean:
+        clean_tmp(config.output)
+    done = completed_tasks(config, plan)
+    if done:
+        log.info("resuming: %d of %d tasks already complete", len(done), len(plan.tasks))
+    return RunStart(plan=plan, record=record, done=done)
+
+
+def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
+    """The content of ``_run.json``: what must match for a run to be resumed."""
+    return {
+        "version": __version__,
+        "algorithm": ALGORITHM,
+        "settings": config.output_settings(),
+        "output_fingerprint": config.output_fingerprint(),
+        "tokenizer_fingerprint": tokenizer_fp,
+        "plan_fingerprint": plan.fingerprint(),
+        "tasks": len(plan.tasks),
+    }
+
+
+def check_or_start_run(config: PrepareConfig, record: dict) -> None:
+    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing what differs."""
+    url = layout.run_url(config.output)
+    try:
+        existing = json.loads(fs.read_bytes(url)) if fs.exists(url) else None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise OutputError(f"cannot read {url}: {exc}") from exc
+    if existing is None:
+        try:  # a conditional create: of workers starting together, one writes it, the others compare
+            if cas.create_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode()):
+                return
+            existing = json.loads(fs.read_bytes(url))
+        except OSError as exc:
+            raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
+    problems = []
+    old, new = existing.get("settings", {}), record["settings"]
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            problems.append(f"{key.replace('_', '-')}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
+    if existing.get("algorithm", 1) != record["algorithm"]:
+        problems.append(
+            f"the existing run was made by a version that builds other instances (algorithm "
+            f"{existing.get('algorithm', 1)}, now {record['algorithm']}): finish it with that version"
+        )
+    if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
+        problems.append("the tokenizer differs from the one the existing run used")
+    if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:
+        problems.append("the input files changed (different files or sizes) since the existing run started")
+    if problems:
+        raise OutputError(
+            f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
+            + "\n  ".join(problems)
+        )
+
+
+def save_plan(output: str, plan: Plan, inputs: list[str] | None = None) -> None:
+    """Write ``_plan.json`` once (the same plan gives the same bytes, so a racing writer is harmless).
+
+    ``inputs``: the run's inputs as given (a reference mode may read a directory as a whole).
+    Compact JSON, one line per task: ``indent`` would send the encoding through Python's slow
+    encoder (seconds for the 200,000 tasks of a 10 TB plan) and double the file.
+    """
+    url = layout.plan_url(output)
+    if fs.exists(url):
+        return
+    doc = {"plan_fingerprint": plan.fingerprint(), "files": plan.files, "skipped_files": plan.skipped_files,
+           "split_bytes": plan.split_bytes}
+    if inputs is not None:
+        doc["inputs"] = list(inputs)
+    head = json.dumps(doc, sort_keys=True)
+    tasks = ",\n".join(json.dumps(t.to_dict(), sort_keys=True) for t in plan.tasks)
+    fs.atomic_write_bytes(url, f'{head[:-1]}, "tasks": [\n{tasks}\n]}}\n'.encode())
+
+
+def load_run(output: str) -> tuple[PrepareConfig, dict, Plan]:
+    """The config, run record and plan that ``prepare`` stored in an output."""
+    try:
+        record = json.loads(fs.read_bytes(layout.run_url(output)))
+        plan_doc = json.loads(fs.read_bytes(layout.plan_url(output)))
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{output} holds no run of mlm-pipeline prepare ({exc})") from None
+    tasks = [Task(task_id=t["task_id"], index=i, pieces=tuple(Piece(**p) for p in t["pieces"]),
+                  input_bytes=t["input_bytes"], count=len(plan_doc["tasks"])) for i, t in enumerate(plan_doc["tasks"])]
+    plan = Plan(tasks=tasks, files=plan_doc["files"], skipped_files=plan_doc["skipped_files"],
+                split_bytes=plan_doc.get("split_bytes", 0))
+    inputs = plan_doc.get("inputs") or [f["path"] for f in plan.files] or [s["path"] for s in plan.skipped_files]
+    config = build_config({**record["settings"], "inputs": inputs, "output": output})
+    return config, record, plan
+
+
+def write_marker(output: str, marker: dict) -> None:
+    """Mark a task complete: called last by whoever ran it, after its shards are committed."""
+    fs.atomic_write_bytes(layout.marker_url(output, marker["task_id"]), json.dumps(marker, indent=1).encode())
+
+
+def done_task_ids(output: str) -> set[str]:
+    """Ids of the tasks that have a marker (a fresh listing, one LIST on an object store)."""
+    ids = (layout.task_id_of(p) for p in fs.listdir(layout.tasks_url(output)))
+    return {i for i in ids if i is not None}
+
+
+def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
+    """The tasks done under this config: marker present and readable, made with these output
+    settings, and every shard it lists present. The markers are read in batches (``fs.read_many``)."""
+    names = done_task_ids(config.output)
+    shard_names = {p.rstrip("/").rsplit("/", 1)[-1] for d in layout.shard_dir_urls(config.output)
+                   for p in fs.listdir(d)}
+    fingerprint = config.output_fingerprint()  # (milliseconds with many inputs: once, not per marker)
+    ids = [t.task_id for t in plan.tasks if t.task_id in names]
+    done = CompletedTasks(plan)
+    for data in fs.read_many([layout.marker_url(config.output, i) for i in ids]):
+        try:
+            marker = json.loads(data) if data is not None else None
+        except json.JSONDecodeError:
+            marker = None
+        if marker is None or marker.get("output_fingerprint") != fingerprint:
+            continue  # unreadable, or made with other settings: redo the task
+        if all(s["path"].rsplit("/", 1)[-1] in shard_names for s in marker["shards"]):
+            done.add(marker)
+    return done
+
+
+__all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",
+           "run_record", "save_plan", "start_run", "write_marker"]

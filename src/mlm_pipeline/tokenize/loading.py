@@ -1,0 +1,222 @@
+"""Tokenizer loading and batched encoding to flat numpy arrays (HF ``tokenizers``, Rust).
+
+Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, or a local Hugging
+Face model directory holding either. Truncation and padding stored in a ``tokenizer.json`` are
+switched off: instance building decides lengths, not the tokenizer.
+
+Two flavors of text normalization: ``bert`` (HF's ``BertNormalizer`` and ``BertPreTokenizer``, as
+stored or as ``BertWordPieceTokenizer`` builds them) and ``electra`` (google-research/electra's
+``FullTokenizer`` rules over the same WordPiece vocabulary; see ``tokenize/electra.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+from mlm_pipeline.environment import configure_process
+from mlm_pipeline.errors import ConfigError, TokenizerError
+from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
+from mlm_pipeline.tokenize.electra import (
+    CAPITAL_SIGMA,
+    TOKENIZER_FLAVORS,
+    electra_lower,
+    electra_tokenizer,
+    read_google_vocab,
+)
+from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
+
+log = logging.getLogger("mlm_pipeline")
+
+# Names of the special tokens, BERT first, then RoBERTa/XLM-R style.
+_SPECIALS = {
+    "cls": ("[CLS]", "<s>", "<cls>"),
+    "sep": ("[SEP]", "</s>", "<sep>"),
+    "mask": ("[MASK]", "<mask>"),
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+}
+
+
+def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Tokenizer, str]:
+    p = Path(path)
+    if not p.exists():
+        raise TokenizerError(f"tokenizer path does not exist: {path}")
+    if p.is_dir():
+        if (p / "tokenizer.json").is_file():
+            return _resolve(str(p / "tokenizer.json"), do_lower_case, flavor)
+        if (p / "vocab.txt").is_file():
+            cfg = p / "tokenizer_config.json"
+            if cfg.is_file():
+                try:
+                    do_lower_case = bool(json.loads(cfg.read_text()).get("do_lower_case", do_lower_case))
+                except (json.JSONDecodeError, OSError) as exc:
+                    raise TokenizerError(f"cannot read {cfg}: {exc}") from exc
+            return _resolve(str(p / "vocab.txt"), do_lower_case, flavor)
+        raise TokenizerError(f"{path} is a directory without tokenizer.json or vocab.txt")
+    if p.suffix == ".json":
+        try:
+            tok = Tokenizer.from_file(str(p))
+        except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
+            raise TokenizerError(f"cannot load tokenizer.json {path}: {exc}") from exc
+        if flavor == "electra":
+            if type(tok.model).__name__ != "WordPiece":
+                raise TokenizerError(
+                    f"tokenizer flavor 'electra' needs a WordPiece vocabulary; {path} holds a "
+                    f"{type(tok.model).__name__} model"
+                )
+            return electra_tokenizer(tok.get_vocab(with_added_tokens=False), do_lower_case), "tokenizer.json"
+        return tok, "tokenizer.json"
+    if flavor == "electra":
+        return electra_tokenizer(read_google_vocab(str(p)), do_lower_case), "wordpiece-vocab"
+    try:
+        tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case)._tokenizer
+    except Exception as exc:
+        raise TokenizerError(f"cannot load WordPiece vocab {path}: {exc}") from exc
+    return tok, "wordpiece-vocab"
+
+
+def _continuation_table(tok: Tokenizer) -> np.ndarray:
+    """``True`` for vocabulary entries that continue a word (used by whole-word masking).
+
+    WordPiece marks continuations with a prefix (``##``); byte-level BPE and SentencePiece mark
+    word *starts* (``Ġ``, ``▁``) instead, so there a token without the marker continues a word.
+    """
+    vocab = tok.get_vocab(with_added_tokens=True)
+    table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    tokens = vocab.items()  # ids are unique: no need to sort
+    model = tok.model  # the model object's attributes: no JSON round trip of the whole tokenizer
+    if type(model).__name__ == "WordPiece":
+        prefix = getattr(model, "continuing_subword_prefix", None) or "##"
+        flags = [t.startswith(prefix) and len(t) > len(prefix) for t, _ in tokens]
+    else:
+        starts = ("Ġ", "▁")
+        flags = [not t.startswith(starts) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
+    table[np.fromiter((i for _, i in tokens), dtype=np.int64, count=len(tokens))] = flags
+    return table
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    cls: int
+    sep: int
+    mask: int
+    pad: int
+
+
+class TextTokenizer:
+    """A loaded tokenizer plus what instance building and masking need from it."""
+
+    def __init__(self, path: str, *, do_lower_case: bool = True, flavor: str = "bert", backend: str = "auto"):
+        if flavor not in TOKENIZER_FLAVORS:
+            raise TokenizerError(f"unknown tokenizer flavor {flavor!r} (choose {' or '.join(TOKENIZER_FLAVORS)})")
+        tok, kind = _resolve(path, do_lower_case, flavor)
+        tok.no_truncation()
+        tok.no_padding()
+        self.path = path
+        self.kind = kind
+        self.do_lower_case = do_lower_case
+        self.flavor = flavor
+        # ELECTRA lower-cases a capital sigma by context, which HF's Lowercase cannot
+        self._lower_in_python = flavor == "electra" and do_lower_case
+        self.tokenizer = tok
+        ids = {}
+        for role, names in _SPECIALS.items():
+            for name in names:
+                tid = tok.token_to_id(name)
+                if tid is not None:
+                    ids[role] = tid
+                    break
+        missing = [r for r in ("cls", "sep", "mask") if r not in ids]
+        if missing:
+            raise TokenizerError(
+                f"tokenizer {path} has no token for {', '.join(missing)} "
+                f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
+            )
+        self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.is_continuation = _continuation_table(tok)
+        self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
+        self.reference = HFEncoder(tok)
+        self.encoder, self.backend_info = _choose_backend(tok, self.reference, backend)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the serialised tokenizer (vocab, normaliser, lower-casing...)."""
+        return hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
+        if not texts:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        if self._lower_in_python:
+            texts = [electra_lower(t) if CAPITAL_SIGMA in t else t for t in texts]
+        return self.encoder.encode_batch(texts)
+
+    def check_block(self, texts: list[str], where: str) -> None:
+        """Compare the backend with HF on real input; on a difference use HF from now on."""
+        if self.encoder is self.reference or not texts:
+            return
+        i = first_difference(texts, self.encoder, self.reference)
+        if i is not None:
+            self._fall_back(f"{where}: ids differ from HF on text {texts[i][:200]!r}")
+
+    def _fall_back(self, reason: str) -> None:
+        log.warning("tokenizer backend %s falls back to hf: %s", self.encoder.name, reason)
+        self.backend_info = {**_info(self.reference), "requested": self.backend_info["requested"],
+                             "fallback_from": self.encoder.name, "fallback_reason": reason}
+        self.encoder = self.reference
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
+
+
+def _info(encoder) -> dict:
+    return {"backend": encoder.name, "version": encoder.version()}
+
+
+def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str) -> tuple[object, dict]:
+    """The encoder to use and what to record about it (``auto``: the fastest that is exact)."""
+    if requested not in backend_names():
+        raise ConfigError(f"unknown tokenizer backend {requested!r}; choose one of {', '.join(backend_names())}")
+    reasons = {}
+    for name in (BACKENDS if requested == "auto" else [requested]):
+        if name == reference.name:
+            break
+        try:
+            encoder = BACKENDS[name](tok)
+        except Exception as exc:  # library missing, or a configuration it does not implement
+            reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        i = first_difference(list(PROBES), encoder, reference)
+        if i is None:
+            return encoder, {**_info(encoder), "requested": requested}
+        reasons[name] = f"self-check: ids differ from HF on probe {PROBES[i][:80]!r}"
+    info = {**_info(reference), "requested": requested}
+    if reasons:
+        info["fallback_reason"] = "; ".join(f"{k}: {v}" for k, v in reasons.items())
+        # a difference from HF, or a backend asked for by name, is news; in auto mode a backend
+        # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not
+        checked = any("self-check" in r for r in reasons.values())
+        log.log(logging.WARNING if requested != "auto" or checked else logging.INFO,
+                "tokenizer backend falls back to hf: %s", info["fallback_reason"])
+    return reference, info
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(path: str, do_lower_case: bool = True, flavor: str = "bert", backend: str = "auto") -> TextTokenizer:
+    """Per-process cache: each worker loads the tokenizer once, never pickled from the parent.
+
+    ``flavor``: ``"bert"`` (HF's BERT normalization) or ``"electra"`` (ELECTRA's rules);
+    ``backend``: which encoder (``auto``: the fastest exact one; the output never depends on it).
+    """
+    configure_process()
+    return TextTokenizer(path, do_lower_case=do_lower_case, flavor=flavor, backend=backend)

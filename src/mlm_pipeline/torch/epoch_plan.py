@@ -1,0 +1,267 @@
+"""Which samples a rank and its workers emit in an epoch, in which order, and where a resume starts.
+
+The order of one epoch, in four steps (all pure functions of the shard counts, ``seed``,
+``epoch`` and ``world_size``; never of the worker count, the machine or timing):
+
+1. **Shards.** The manifest's shards, permuted by ``(seed, epoch)`` when ``shuffle``. Their
+   instances concatenated in that order form the epoch's *stream* of ``N`` positions.
+2. **Ranks.** Rank ``r`` of ``R`` owns the contiguous stream slice ``[a_r, a_r + n_r)`` with
+   ``n_r = N // R + (r < N % R)``: every instance goes to exactly one rank, none is dropped or
+   repeated, and rank sizes differ by at most one. With ``pad_ranks=True`` the shorter ranks get
+   one extra *padding* sample (a copy of the stream's next instance, ``weight`` 0, no labels), so
+   every rank has ``ceil(N / R)`` samples and, for equal ``num_workers`` and ``batch_size``, the
+   same number of batches (what DDP needs to keep its collectives in step).
+3. **Windows.** A rank's slice is cut into windows of ``shuffle_buffer`` consecutive samples (the
+   last one shorter). A window is read (only the row groups / records it covers) and emitted in
+   a random order drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
+4. **Workers.** The windows still to read are split into ``num_workers`` contiguous runs, balanced
+   by sample count. Each DataLoader worker reads only its run; the DataLoader interleaves the
+   workers' batches round robin (skipping exhausted workers), which is deterministic.
+
+So the *set* of samples of a rank and the content and order of each window never depend on the
+worker count; the interleaving of windows does. Dynamic masks come from each sample's ``index``
+(its position in the manifest), so they do not depend on any of this either.
+
+Resumption. A position inside an epoch is recorded as the list of ``(num_workers, batch_size,
+batches)`` *segments* consumed so far. Replaying them (:func:`replay`: pure arithmetic on window
+sizes, no data read) gives, for each window, how many of its samples were already emitted; a
+resumed iteration reads only the rest. The state (:func:`make_state`) names no rank: in DDP,
+every rank consumes the same number of batches, so rank 0's checkpoint restores every rank. It
+can be loaded with another ``num_workers`` or ``batch_size`` (every remaining sample is still seen
+once); with the same ones the remaining sequence is identical to the uninterrupted run. The world
+size, seed, shuffle settings and shards must match (:func:`read_state` raises ``ValueError``
+otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "STATE_VERSION",
+    "RankPlan",
+    "Schedule",
+    "Segment",
+    "balanced_runs",
+    "count_batches",
+    "make_state",
+    "plan_rank",
+    "read_state",
+    "remaining_after",
+    "replay",
+]
+
+STATE_VERSION = 1
+Segment = tuple[int, int, int]  # (num_workers, batch_size, batches) consumed from one DataLoader pass
+_SHARD_STREAM, _WINDOW_STREAM = 1, 2
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(k) for k in key]))
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's share of one epoch: its stream slice, cut into windows."""
+
+    seed: int
+    epoch: int
+    shuffle: bool
+    shard_starts: np.ndarray  # [S + 1] manifest index where each shard (manifest order) starts
+    order: np.ndarray  # shard indices in stream order
+    stream_starts: np.ndarray  # [S + 1] stream position where each (ordered) shard starts
+    total: int  # N
+    start: int  # a_r
+    real: int  # n_r: real samples of this rank
+    length: int  # samples this rank emits (n_r, or ceil(N / R) with pad_ranks)
+    window: int
+
+    @property
+    def window_sizes(self) -> np.ndarray:
+        n = math.ceil(self.length / self.window) if self.length else 0
+        sizes = np.full(n, self.window, dtype=np.int64)
+        if n:
+            sizes[-1] = self.length - (n - 1) * self.window
+        return sizes
+
+    def window_order(self, w: int, size: int) -> np.ndarray:
+        """Positions ``0..size-1`` of window ``w`` in the order it emits them."""
+        if not self.shuffle:
+            return np.arange(size)
+        return _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
+
+    def window_rows(self, w: int, size: int) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
+        """What window ``w`` (of ``size`` samples) reads: its rows and what they are.
+
+        Returns the runs of consecutive rows to read, in stream order, as ``(shard, row start,
+        row stop)`` (shard numbers in manifest order), then each sample's manifest index and its
+        weight (0 for a padding sample, which repeats the stream's next instance).
+        """
+        j = np.arange(w * self.window, w * self.window + size, dtype=np.int64)
+        g = (self.start + j) % max(self.total, 1)
+        slot = np.searchsorted(self.stream_starts, g, side="right") - 1
+        row = g - self.stream_starts[slot]
+        breaks = np.flatnonzero((slot[1:] != slot[:-1]) | (row[1:] != row[:-1] + 1)) + 1
+        pieces = [
+            (int(self.order[slot[a]]), int(row[a]), int(row[a]) + int(b - a))
+            for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [size]]))
+        ]
+        index = self.shard_starts[self.order[slot]] + row
+        weight = (j < self.real).astype(np.float32)
+        return pieces, index, weight
+
+
+def plan_rank(counts: np.ndarray, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
+              pad_ranks: bool, window: int) -> RankPlan:
+    """The plan of ``rank`` for ``epoch`` over shards of ``counts`` instances (manifest order)."""
+    if rank >= world_size:
+        raise ValueError(f"rank {rank} is not below world_size {world_size}")
+    counts = np.asarray(counts, dtype=np.int64)
+    order = np.arange(len(counts))
+    if shuffle and len(counts):
+        order = _rng(seed, epoch, _SHARD_STREAM).permutation(len(counts))
+    stream_starts = np.concatenate([[0], np.cumsum(counts[order])])
+    n = int(stream_starts[-1])
+    q, extra = divmod(n, world_size)
+    real = q + (rank < extra)
+    length = (q + (extra > 0)) if (pad_ranks and n) else real
+    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, shard_starts=np.concatenate([[0], np.cumsum(counts)]),
+                    order=order, stream_starts=stream_starts, total=n, start=rank * q + min(rank, extra),
+                    real=real, length=length, window=window)
+
+
+# --------------------------------------------------------------------------------------------
+# Workers and resumption
+
+
+def _split_contiguous(sizes: np.ndarray, parts: int) -> list[np.ndarray]:
+    """Indices of ``sizes`` cut into ``parts`` contiguous runs of about equal total size."""
+    if len(sizes) == 0:
+        return [np.zeros(0, np.int64) for _ in range(parts)]
+    before = np.cumsum(sizes) - sizes
+    total = int(sizes.sum())
+    targets = [-(-total * w // parts) for w in range(parts + 1)]  # ceil(total * w / parts)
+    cuts = np.searchsorted(before, targets, side="left")
+    cuts[-1] = len(sizes)
+    return [np.arange(cuts[w], cuts[w + 1]) for w in range(parts)]
+
+
+def _round_robin(batches: Sequence[int], k: int) -> list[int]:
+    """Batches taken from each worker after ``k`` batches of a round robin over unfinished ones.
+
+    The order of ``torch.utils.data.DataLoader`` with an iterable dataset: worker 0, 1, ... in
+    turn, an exhausted worker skipped.
+    """
+    if k >= sum(batches):
+        return list(batches)
+    lo, hi = 0, max(batches)
+    while lo < hi:  # largest t with sum(min(b, t)) <= k
+        mid = (lo + hi + 1) // 2
+        if sum(min(b, mid) for b in batches) <= k:
+            lo = mid
+        else:
+            hi = mid - 1
+    taken = [min(b, lo) for b in batches]
+    rest = k - sum(taken)
+    for w, b in enumerate(batches):
+        if rest and b > lo:
+            taken[w] += 1
+            rest -= 1
+    return taken
+
+
+def balanced_runs(remaining: np.ndarray, workers: int) -> list[np.ndarray]:
+    """Windows with samples left, cut into ``workers`` contiguous runs balanced by samples left."""
+    live = np.flatnonzero(remaining > 0)
+    return [live[idx] for idx in _split_contiguous(remaining[live], workers)]
+
+
+def count_batches(remaining: np.ndarray, runs: list[np.ndarray], batch_size: int) -> int:
+    """Batches the workers yield when each batches the samples left in its own windows."""
+    return sum(-(-int(remaining[r].sum()) // batch_size) for r in runs)
+
+
+@dataclass
+class Schedule:
+    """Where an epoch stands: samples emitted per window, and each worker's windows."""
+
+    done: np.ndarray  # samples already emitted, per window
+    runs: list[np.ndarray] | None  # windows of each worker of the last segment, in resume order
+    workers: int  # the worker count ``runs`` is for
+
+    def runs_for(self, sizes: np.ndarray, workers: int) -> list[np.ndarray]:
+        """Windows of each of ``workers`` for the rest of the epoch.
+
+        With the worker count of the last segment, every worker keeps its windows and the runs
+        are rotated so that the worker the DataLoader would have asked next comes first: the
+        rest of the epoch is then the same sequence as without the interruption. With another
+        count, the windows left are split afresh.
+        """
+        remaining = sizes - self.done
+        if self.runs is None or workers != self.workers:
+            return balanced_runs(remaining, workers)
+        return [r[remaining[r] > 0] for r in self.runs]
+
+
+def replay(sizes: np.ndarray, segments: Sequence[Sequence[int]]) -> Schedule:
+    """Replay ``(workers, batch_size, batches)`` segments: pure arithmetic, no data read."""
+    schedule = Schedule(done=np.zeros(len(sizes), dtype=np.int64), runs=None, workers=0)
+    for workers, batch_size, batches in segments:
+        runs = schedule.runs_for(sizes, workers)
+        remaining = sizes - schedule.done
+        per_worker = [int(remaining[r].sum()) for r in runs]
+        per_worker_batches = [-(-n // batch_size) for n in per_worker]
+        taken = _round_robin(per_worker_batches, batches)
+        for run, n, t in zip(runs, per_worker, taken):
+            left = remaining[run]
+            before = np.cumsum(left) - left
+            schedule.done[run] += np.clip(min(t * batch_size, n) - before, 0, left)
+        nxt = _next_worker(per_worker_batches, taken)
+        schedule.runs = runs[nxt:] + runs[:nxt]
+        schedule.workers = workers
+    return schedule
+
+
+def _next_worker(batches: Sequence[int], taken: Sequence[int]) -> int:
+    """The worker a round robin serves next, after ``taken`` of ``batches`` from each.
+
+    Unfinished workers are at most one batch apart, the ones ahead first: the next one is the
+    first unfinished worker with the fewest batches taken.
+    """
+    unfinished = [w for w in range(len(batches)) if taken[w] < batches[w]]
+    if not unfinished:
+        return 0
+    fewest = min(taken[w] for w in unfinished)
+    return next(w for w in unfinished if taken[w] == fewest)
+
+
+def remaining_after(sizes: np.ndarray, segments: Sequence[Sequence[int]]) -> int:
+    """Samples left in the epoch after ``segments``."""
+    return int((sizes - replay(sizes, segments).done).sum())
+
+
+def make_state(settings: dict, epoch: int, segments: Sequence[Segment]) -> dict:
+    """A JSON-able resume state: the settings it holds for, the epoch and the segments consumed in it."""
+    return {"version": STATE_VERSION, **settings, "epoch": int(epoch), "consumed": [list(s) for s in segments]}
+
+
+def read_state(state: dict, settings: dict) -> tuple[int, list[Segment]]:
+    """The epoch and segments of a :func:`make_state` state, checked against the current ``settings``.
+
+    ``ValueError`` if it is not such a state or was made for other data or settings.
+    """
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        raise ValueError(f"not an MLMDataset state (version {STATE_VERSION}): {state!r:.200}")
+    wrong = [f"{k}: saved {state.get(k)!r}, now {v!r}" for k, v in settings.items() if state.get(k) != v]
+    if wrong:
+        raise ValueError("cannot resume: the state belongs to other data or settings:\n  " + "\n  ".join(wrong))
+    segments = []
+    for seg in state["consumed"]:
+        if len(seg) != 3 or min(seg) < 1:
+            raise ValueError(f"bad consumed segment {seg!r} (want [num_workers, batch_size, batches])")
+        segments.append(tuple(int(x) for x in seg))
+    return int(state["epoch"]), segments

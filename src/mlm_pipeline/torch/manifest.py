@@ -1,0 +1,173 @@
+"""What the loader needs from a prepared output: its shards, their format and reader, its settings.
+
+:func:`load_prepared` reads ``OUTPUT/manifest.json`` into a :class:`PreparedOutput`. The shards are
+read by the reader of the format the manifest records (``format``, looked up in
+:mod:`mlm_pipeline.formats`), never chosen by file name; :class:`ShardRowReader` reads row ranges
+of them, keeping the last shard open. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlm_pipeline import fs
+from mlm_pipeline.formats import OutputFormat, ShardRows, get_output_format
+from mlm_pipeline.instances import get_objective, objective_names
+from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.run import layout
+
+__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared"]
+
+MASKINGS = ("static", "none")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    url: str
+    instances: int
+
+
+@dataclass(frozen=True)
+class PreparedOutput:
+    """What the loader needs from ``OUTPUT/manifest.json``."""
+
+    url: str
+    shards: tuple[ShardEntry, ...]
+    format: OutputFormat
+    objective: str  # a name of the objective registry (mlm_pipeline.instances)
+    masking: str  # "static" | "none"
+    config: dict
+    tokenizer_fingerprint: str | None = None
+
+    @property
+    def has_nsp(self) -> bool:
+        return get_objective(self.objective).has_nsp_labels
+
+    @property
+    def tokenizer_flavor(self) -> str:
+        """The text normalization the run used (runs before the setting existed used ``bert``)."""
+        return self.config.get("tokenizer_flavor", "bert")
+
+    @property
+    def load_masking(self) -> str:
+        """The loader's masking for unmasked shards of this objective: ``dynamic`` or ``electra``."""
+        return get_objective(self.objective).load_masking
+
+    @property
+    def is_masked(self) -> bool:
+        return self.masking == "static"
+
+    @property
+    def total(self) -> int:
+        return sum(s.instances for s in self.shards)
+
+    @property
+    def shard_counts(self) -> np.ndarray:
+        """Instances per shard, in manifest order (int64)."""
+        return np.array([s.instances for s in self.shards], dtype=np.int64)
+
+    @property
+    def max_seq_length(self) -> int | None:
+        return self.config.get("max_seq_length")
+
+    def fingerprint(self) -> str:
+        """sha256 of the shard list (paths and counts): a state only applies to the same shards."""
+        blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances] for s in self.shards]).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def tokenizer(self, path: str | None = None, do_lower_case: bool | None = None):
+        """The tokenizer recorded in the manifest (or ``path``), loaded with ``load_tokenizer``.
+
+        ``ValueError`` if it is not the tokenizer that prepared the shards (the manifest's
+        fingerprint of its vocabulary and settings differs).
+        """
+        from mlm_pipeline.tokenize import load_tokenizer
+
+        recorded = self.config.get("tokenizer")
+        if not (path or recorded):
+            raise ValueError(f"{self.url}: the manifest names no tokenizer; pass one explicitly")
+        if not path and not os.path.exists(recorded):
+            raise ValueError(
+                f"the tokenizer recorded in {self.url}/manifest.json, {recorded!r}, is not found from "
+                f"{os.getcwd()} (a relative path is relative to where prepare ran): pass the tokenizer explicitly"
+            )
+        lower = self.config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
+        tok = load_tokenizer(str(path or recorded), bool(lower), self.tokenizer_flavor)
+        if self.tokenizer_fingerprint and tok.fingerprint != self.tokenizer_fingerprint:
+            raise ValueError(
+                f"tokenizer {path or recorded} (do_lower_case={bool(lower)}) is not the one that prepared "
+                f"{self.url}: its fingerprint differs from the manifest's"
+            )
+        return tok
+
+
+def load_prepared(url: str) -> PreparedOutput:
+    """Read ``url/manifest.json`` (local path or fsspec URL such as ``s3://bucket/out``)."""
+    manifest_url = layout.manifest_url(url)
+    try:
+        manifest = json.loads(fs.read_bytes(manifest_url))
+    except FileNotFoundError:
+        raise ValueError(f"no manifest.json in {url}: not a prepared output, or its run is not complete") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cannot parse {manifest_url}: {exc}") from exc
+    if "format" not in manifest:
+        raise ValueError(f"{manifest_url} records no output format")
+    try:
+        output_format = get_output_format(manifest["format"])
+    except ValueError as exc:
+        raise ValueError(f"{manifest_url}: {exc}") from None
+    shards = []
+    for entry in manifest.get("shards", []):
+        path = entry["path"]
+        shard_url = path if "://" in path or path.startswith("/") else fs.join(url, path)
+        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"])))
+    objective = manifest.get("objective", "nsp")
+    masking = manifest.get("masking", "static")
+    if objective not in objective_names():
+        raise ValueError(f"{manifest_url}: unknown objective {objective!r}")
+    if masking not in MASKINGS:
+        raise ValueError(f"{manifest_url}: unknown masking {masking!r}")
+    return PreparedOutput(url=url, shards=tuple(shards), format=output_format, objective=objective, masking=masking,
+                          config=dict(manifest.get("config", {})),
+                          tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
+
+
+class ShardRowReader:
+    """Reads rows ``[start, stop)`` of a prepared output's shards, keeping the last shard open.
+
+    Reading goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only
+    the row groups a range overlaps, TFRecord skips the records before it by their headers.
+    """
+
+    def __init__(self, prepared: PreparedOutput):
+        self._prepared = prepared
+        self._shard: int | None = None
+        self._rows: ShardRows | None = None
+
+    def read(self, shard: int, start: int, stop: int) -> InstanceBatch:
+        """Rows ``[start, stop)`` of shard number ``shard`` (manifest order)."""
+        if stop <= start:
+            return InstanceBatch.empty()
+        entry = self._prepared.shards[shard]
+        if shard != self._shard:
+            self.close()
+            self._rows = self._prepared.format.rows(entry.url)
+            self._shard = shard
+        batch = self._rows.read(start, stop)
+        if len(batch) != stop - start:
+            raise ValueError(
+                f"{entry.url}: expected rows {start}..{stop} but read {len(batch)} "
+                f"(the manifest says {entry.instances} instances; was the shard changed?)"
+            )
+        return batch
+
+    def close(self) -> None:
+        if self._rows is not None:
+            self._rows.close()
+        self._rows = None
+        self._shard = None

@@ -1,0 +1,68 @@
+"""The executor contract on the local process pool: run the tasks given, report progress, yield
+markers; completion (markers on disk) is the tasks', the manifest is the driver's."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers_run import INPUTS, make_config
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_executor_runs_exactly_the_share_it_is_given(tmp_path, workers):
+    from mlm_pipeline.executors.array import task_share
+    from mlm_pipeline.executors.local import LocalExecutor
+    from mlm_pipeline.run.state import done_task_ids, start_run
+
+    config = make_config(INPUTS, tmp_path, workers=workers)
+    start = start_run(config)
+    share = task_share(start.pending, 1, 3)
+    assert [t.index for t in share] == list(range(1, len(start.plan.tasks), 3)) and len(share) >= 3
+    progress: list[dict] = []
+    markers = list(LocalExecutor(config).run(share, progress.append))
+    assert sorted(m["task_id"] for m in markers) == [t.task_id for t in share]
+    assert done_task_ids(config.output) == {t.task_id for t in share}  # each task wrote its marker
+    assert sum(p["bytes"] for p in progress) == sum(m["stats"]["bytes_read"] for m in markers) > 0
+    assert sum(p["documents"] for p in progress) == sum(m["stats"]["documents_read"] for m in markers)
+    assert not (tmp_path / "manifest.json").exists()
+    # a second start sees them done: what remains is the other ranks' tasks
+    again = start_run(config)
+    assert {t.task_id for t in again.pending} == {t.task_id for t in start.plan.tasks} - set(done_task_ids(config.output))
+
+
+def test_a_failing_task_raises_task_failed_naming_it(tmp_path):
+    from mlm_pipeline.errors import InputError, TaskFailed
+    from mlm_pipeline.executors.local import LocalExecutor
+    from mlm_pipeline.run.state import start_run
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A good sentence here.\nAnother one.\n\nBroken \xff\xfe bytes in this line.\n")
+    config = make_config([bad], tmp_path / "out", on_decode_error="fail")
+    start = start_run(config)
+    with pytest.raises(TaskFailed) as info:
+        list(LocalExecutor(config).run(start.pending, lambda delta: None))
+    assert isinstance(info.value.cause, InputError)
+    assert f"{bad} [bytes 0:end]" in str(info.value)
+    assert not list((tmp_path / "out").glob("_tasks/*.json"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_other_tasks_complete_when_one_fails(tmp_path, workers):
+    """One bad piece costs one task: every other task runs to its marker, then the run fails
+    naming the bad task and saying how many completed."""
+    from mlm_pipeline.errors import TaskFailed
+    from mlm_pipeline.executors.local import LocalExecutor
+    from mlm_pipeline.run.state import done_task_ids, start_run
+
+    bad = tmp_path / "in" / "b-bad.txt"
+    bad.parent.mkdir()
+    bad.write_bytes(b"A good sentence here.\n\nBroken \xff\xfe bytes in this line.\n")
+    config = make_config([*INPUTS, bad], tmp_path / "out", workers=workers, on_decode_error="fail")
+    start = start_run(config)
+    bad_tasks = {t.task_id for t in start.pending if any(p.url == str(bad) for p in t.pieces)}
+    assert len(bad_tasks) == 1 and len(start.pending) > 3
+    with pytest.raises(TaskFailed) as info:
+        list(LocalExecutor(config).run(start.pending, lambda delta: None))
+    n = len(start.pending)
+    assert f"1 of {n} tasks failed, the other {n - 1} completed" in str(info.value)
+    assert done_task_ids(config.output) == {t.task_id for t in start.pending} - bad_tasks

@@ -1,0 +1,70 @@
+"""Row-range reading of one shard (what the loader's windows use), for every built-in format."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from mlm_pipeline.formats import get_output_format
+from mlm_pipeline.formats.tfrecord import decode_records, features_to_batch, iter_tfrecord_records
+from mlm_pipeline.formats.tfrecord.wire import skip_records
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
+
+
+def _batch(rng: np.random.Generator, n: int) -> InstanceBatch:
+    lens = rng.integers(5, 30, n)
+    mlens = np.minimum(3, lens - 2)
+    offsets = lengths_to_offsets(lens)
+    return InstanceBatch(
+        input_ids=rng.integers(1000, 30000, int(lens.sum())).astype(np.int32),
+        segment_ids=(rng.random(int(lens.sum())) < 0.5).astype(np.int8),
+        offsets=offsets,
+        masked_lm_positions=np.concatenate([np.arange(1, 1 + m) for m in mlens]).astype(np.int32),
+        masked_lm_ids=rng.integers(1000, 30000, int(mlens.sum())).astype(np.int32),
+        masked_offsets=lengths_to_offsets(mlens),
+        next_sentence_labels=rng.integers(0, 2, n).astype(np.int8),
+    )
+
+
+def _assert_rows(got: InstanceBatch, want: InstanceBatch) -> None:
+    assert len(got) == len(want)
+    for i in range(len(want)):
+        assert got.row(i) == want.row(i)
+
+
+@pytest.mark.parametrize("name", ["tfrecord", "parquet"])
+def test_row_ranges_forward_backward_and_past_the_end(name, tmp_path):
+    fmt = get_output_format(name)
+    blocks = [_batch(np.random.default_rng(seed), n) for seed, n in enumerate((13, 1, 20, 6))]
+    whole = InstanceBatch.concat(blocks)
+    path = tmp_path / f"shard{fmt.extension}"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:  # Parquet: one row group per block, so ranges cross row groups
+            writer.write(block)
+        writer.close()
+    _assert_rows(fmt.read_shard(str(path)), whole)
+    rows = fmt.rows(str(path))
+    try:
+        for start, stop in [(0, 3), (3, 14), (14, 15), (2, 9), (25, 40), (39, 40), (0, 40)]:
+            _assert_rows(rows.read(start, stop), whole.slice(start, stop))
+        with pytest.raises(ValueError, match=f"{path}: .*rows up to 41 requested"):
+            rows.read(38, 41)
+    finally:
+        rows.close()
+
+
+def test_skip_records_reads_headers_only_and_stops_at_the_end():
+    from mlm_pipeline.formats.tfrecord import encode_tfrecord
+
+    batch = _batch(np.random.default_rng(7), 5)
+    data = encode_tfrecord(batch, max_seq_length=32, max_predictions=5)
+    f = io.BytesIO(data)
+    assert skip_records(f, 3) == 3
+    rest = list(iter_tfrecord_records(f))
+    _assert_rows(features_to_batch(decode_records(rest)), batch.slice(3, 5))
+    f.seek(0)
+    assert skip_records(f, 9) == 5 and f.read() == b""
+    assert len(features_to_batch(decode_records([]))) == 0

@@ -1,0 +1,69 @@
+"""Real TensorFlow reads our TFRecord shards with run_pretraining.py's exact feature spec.
+
+CI installs tensorflow-cpu (scripts/setup.sh all); without it these tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT
+from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.pipeline import run_prepare
+from mlm_pipeline.formats.parquet import read_parquet
+
+tf = pytest.importorskip("tensorflow", reason="tensorflow is not installed (CI installs tensorflow-cpu)")
+
+pytestmark = pytest.mark.tensorflow
+
+
+def _spec(max_seq: int, max_pred: int) -> dict:
+    # the name_to_features of google-research/bert run_pretraining.py input_fn_builder
+    return {
+        "input_ids": tf.io.FixedLenFeature([max_seq], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([max_seq], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([max_seq], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([max_pred], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([max_pred], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([max_pred], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+@pytest.mark.parametrize("seq,pred,wwm", [(128, 20, False), (512, 76, True)])
+def test_tensorflow_parses_prepare_output_equal_to_parquet(tmp_path, seq, pred, wwm):
+    common = dict(
+        inputs=[str(WIKITEXT), str(SAMPLE_TEXT)], tokenizer=str(VOCAB), max_seq_length=seq,
+        max_predictions_per_seq=pred, do_whole_word_mask=wwm, split_bytes=400_000, workers=1, progress=False,
+    )
+    tf_m = run_prepare(PrepareConfig(output=str(tmp_path / "tf"), format="tfrecord", **common))
+    pq_m = run_prepare(PrepareConfig(output=str(tmp_path / "pq"), format="parquet", **common))
+    files = [str(tmp_path / "tf" / s["path"]) for s in tf_m["shards"]]
+    # TFRecordDataset checks each record's length and data CRC32C as it reads
+    ds = tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, _spec(seq, pred)))
+    parsed: dict[str, list] = {}
+    for ex in ds:
+        for k, v in ex.items():
+            parsed.setdefault(k, []).append(v.numpy())
+    got = {k: np.stack(v) for k, v in parsed.items()}
+    expected = InstanceBatch.concat(
+        [read_parquet(str(tmp_path / "pq" / s["path"])) for s in pq_m["shards"]]
+    ).padded(seq, pred)
+    assert len(got["input_ids"]) == tf_m["totals"]["instances"] > 500
+    for k, v in expected.items():
+        assert got[k].dtype == (np.float32 if k == "masked_lm_weights" else np.int64), k
+        assert np.array_equal(got[k], v), k
+
+
+def test_tensorflow_rejects_a_corrupted_record(tmp_path):
+    m = run_prepare(PrepareConfig(inputs=[str(SAMPLE_TEXT)], output=str(tmp_path / "o"), tokenizer=str(VOCAB),
+                                  workers=1, progress=False))
+    path = tmp_path / "o" / m["shards"][0]["path"]
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.DataLossError):
+        for _ in tf.data.TFRecordDataset([str(path)]):
+            pass

@@ -1,0 +1,210 @@
+"""The wikitext cleaner: markup rules one by one, and quality on real articles against
+mwparserfromhell (MIT; a full wikitext parser) as the oracle."""
+
+from __future__ import annotations
+
+import bz2
+import re
+from collections import Counter
+from pathlib import Path
+
+import mwparserfromhell
+import pytest
+
+from mlm_pipeline.read.wikidump import dump_encoding, is_disambiguation, owned_pages, parse_page
+from mlm_pipeline.read.wikitext import clean_wikitext, drop_tables, drop_templates
+
+SAMPLE = (
+    Path(__file__).resolve().parents[1]
+    / "data"
+    / "wiki"
+    / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
+
+# --------------------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize(
+    "wikitext, paragraphs",
+    [
+        # templates, nested, with parameters; parser functions; {{{parameters}}}
+        ("a {{cite|x={{y|z}}|w}} b", ["a b"]),
+        ("{{Infobox person\n| name = John\n| birth_date = {{birth date|1900|1|1}}\n}}\nJohn was.",
+         ["John was."]),
+        ("A {{{1|default}}} b {{a|{{{2}}}}} c {{#if:x|y|z}} d", ["A b c d"]),
+        ("x {{never closed\ny stays", ["x y stays"]),
+        ("x }} y", ["x }} y"]),  # a stray closing run is text (as MediaWiki shows it)
+        # references: paired, named, self-closing, holding templates and links
+        ("Fact.<ref name=a>{{cite web|url=http://x}} [[Link]]</ref> Next<ref name=\"b\" /> end.",
+         ["Fact. Next end."]),
+        ("A<ref>one</ref> b <ref>two</ref> c", ["A b c"]),
+        ("See<references />.", ["See."]),
+        # comments, extension tags without prose, HTML tags with prose
+        ("a <!-- {{hidden}} [[x]] --> b", ["a b"]),
+        ("x <math>e^{i\\pi}</math> y <gallery>\nA.jpg|cap\n</gallery> z", ["x y z"]),
+        ("<span style=\"c\">kept</span> and<br/>more <small>small</small>", ["kept and more small"]),
+        # internal links: label, target, pipe trick; namespaced links
+        ("[[reflection (physics)|reflection]] of [[light]]s", ["reflection of lights"]),
+        ("[[Foo (bar)|]] x", ["Foo (bar) x"]),
+        ("[[File:A.jpg|thumb|A [[cat]] on a [[mat|rug]].]] The cat.", ["The cat."]),
+        ("[[Image:B.png]] x [[category:Cats| ]] y [[de:Katze]] z", ["x y z"]),
+        ("[[:Category:Cats|cat list]] and [[wikt:cat|cat]]", ["cat list and cat"]),
+        # external links
+        ("See [http://example.com the site] and [https://x.org].", ["See the site and."]),
+        # quotes, magic words, entities
+        ("'''Bold''' and ''italic'' and '''''both'''''__NOTOC__", ["Bold and italic and both"]),
+        ("a&nbsp;b &ndash; &amp;c &#91;1&#93; &lt;x&gt;", ["a b – &c [1] <x>"]),
+        # structure: headings dropped, lists itemised, lines joined, rules
+        ("== History ==\nOne\ntwo.\n\nThree.\n* item\n# num\n: indent\n----\nAfter.",
+         ["One two.", "Three.", "item", "num", "indent", "After."]),
+        # tables dropped; rows left by templates dropped; empty brackets cleaned
+        ("{| class=wikitable\n! H\n|-\n| a || b\n|}\nAfter.", ["After."]),
+        ("{{Election box begin}}\n|-\n| Party || 5\n{{Election box end}}\nText.", ["Text."]),
+        ("'''Albedo''' ({{IPAc-en|b}}) is ({{lang|x}}; born 1900) here .", ["Albedo is (born 1900) here."]),
+        ("{{Infobox}}", []),
+        ("[[Category:A]]\n\n.", []),
+    ],
+)
+def test_rules(wikitext, paragraphs):
+    assert clean_wikitext(wikitext) == paragraphs
+
+
+def test_options():
+    table = "{| class=wikitable\n|+ Caption\n! H1 !! H2\n|-\n| a || style=\"x\" | [[b|B]]\n|}\nAfter."
+    assert clean_wikitext(table, keep_tables=True) == ["Caption", "H1", "H2", "a", "B", "After."]
+    text = "Intro.\n== History ==\nBody.\n=== Sub ===\nMore."
+    assert clean_wikitext(text) == ["Intro.", "Body.", "More."]
+    assert clean_wikitext(text, keep_headings=True) == ["Intro.", "History", "Body.", "Sub", "More."]
+    french = "[[Fichier:A.jpg|vignette|x]] Le chat. [[Catégorie:Chats]]"
+    assert clean_wikitext(french, file_namespaces=["Fichier"], category_namespaces=["Catégorie"]) == [
+        "Le chat."
+    ]
+
+
+def test_nested_scans_are_linear_in_the_text():
+    deep = "{{a|" * 2000 + "x" + "}}" * 2000
+    assert drop_templates("s " + deep + " e") == "s  e"
+    # an unclosed opener drops the rest of its line; past 20 of them, only the braces go
+    assert drop_templates("{{x\n" * 3000 + "end") == "\n" * 20 + "x\n" * 2980 + "end"
+    tables = "{|\n" * 50 + "| x\n" + "|}\n" * 50 + "after"
+    assert drop_tables(tables).strip() == "after"
+
+
+# --------------------------------------------------------------------------- quality
+
+
+@pytest.fixture(scope="module")
+def articles() -> list[tuple[str, str]]:
+    data = bz2.decompress(SAMPLE.read_bytes())
+    encoding = dump_encoding(data)
+    pages = [parse_page(raw.decode(encoding)) for raw in owned_pages(iter([(data, True)]), encoding)]
+    kept = [
+        (p.title, p.text)
+        for p in pages
+        if p.ns == 0 and not p.redirect and not is_disambiguation(p.text)
+    ]
+    assert len(kept) == 98
+    return kept
+
+
+@pytest.fixture(scope="module")
+def oracles(articles) -> list[str]:
+    return [oracle_text(text) for _, text in articles]
+
+
+@pytest.fixture(scope="module")
+def cleaned(articles) -> list[list[str]]:
+    return [clean_wikitext(text) for _, text in articles]
+
+
+_ORACLE_DROPPED_TAGS = {
+    "ref", "references", "math", "chem", "ce", "score", "timeline", "gallery", "imagemap",
+    "graph", "templatedata", "syntaxhighlight", "source", "inputbox", "categorytree", "hiero",
+}
+_NAMESPACED = re.compile(r"\s*(file|image|category)\s*:", re.I)
+
+
+def oracle_text(wikitext: str) -> str:
+    """The article's text by mwparserfromhell's ``strip_code``, after removing from its parse
+    tree what the cleaner removes by design: templates and ``{{{parameters}}}``, references and
+    the other non-prose tags, tables, file and category links, headings, comments."""
+    code = mwparserfromhell.parse(wikitext)
+    _prune(code)
+    return code.strip_code(normalize=True, collapse=True)
+
+
+def _doomed(node) -> bool:
+    nodes = mwparserfromhell.nodes
+    if isinstance(node, (nodes.Template, nodes.Argument, nodes.Heading, nodes.Comment)):
+        return True
+    if isinstance(node, nodes.Tag):
+        return str(node.tag).lower() in _ORACLE_DROPPED_TAGS or node.wiki_markup == "{|"
+    if isinstance(node, nodes.Wikilink):
+        return bool(_NAMESPACED.match(str(node.title)))
+    return False
+
+
+def _prune(code) -> None:
+    """Drop doomed nodes from every level of the tree (one walk; ``Wikicode.remove`` per node
+    would search the tree each time)."""
+    kept = []
+    for node in code.nodes:
+        if _doomed(node):
+            continue
+        for child in ("contents", "title", "text"):
+            sub = getattr(node, child, None)
+            if isinstance(sub, mwparserfromhell.wikicode.Wikicode):
+                _prune(sub)
+        kept.append(node)
+    code.nodes = kept
+
+
+_WORD = re.compile(r"\w+")
+
+
+def test_word_recall_against_mwparserfromhell(oracles, cleaned):
+    found = total = produced = 0
+    for oracle, paragraphs in zip(oracles, cleaned):
+        want = Counter(_WORD.findall(oracle))
+        got = Counter(_WORD.findall("\n".join(paragraphs)))
+        found += sum((want & got).values())
+        total += sum(want.values())
+        produced += sum(got.values())
+    recall, precision = found / total, found / produced
+    # measured: recall 0.9976 (what is missed: rows of tables that templates open, which the
+    # cleaner drops and the oracle keeps), precision 0.989 (prose the oracle loses to tags it
+    # parses as unclosed)
+    assert recall >= 0.97, recall
+    assert precision >= 0.97, precision
+
+
+LEAKS = ("{{", "}}", "[[", "]]", "<ref", "'''", "==", "|-", "{|", "&lt;")
+
+
+def test_markup_leakage(cleaned):
+    lines = [p for paragraphs in cleaned for p in paragraphs]
+    leaky = [p for p in lines if any(m in p for m in LEAKS)]
+    assert len(lines) > 8000
+    assert len(leaky) / len(lines) < 0.001, leaky[:5]
+
+
+def test_no_template_parameter_text(articles, oracles, cleaned):
+    """Names and values of template parameters never reach the output: no ``name =`` syntax,
+    and none of the infobox values that the article text does not repeat."""
+    text = "\n".join(p for paragraphs in cleaned for p in paragraphs)
+    assert not re.search(r"\|\s*\w+\s*=", text)
+    assert not re.search(r"\b[a-z]+_[a-z_]+\s*=", text)  # birth_date =, image_map =
+    checked = 0
+    for (_, wikitext), outside, paragraphs in zip(articles, oracles, cleaned):
+        prose = " ".join(paragraphs)
+        for template in mwparserfromhell.parse(wikitext).filter_templates(recursive=False):
+            if not str(template.name).strip().lower().startswith("infobox"):
+                continue
+            rest = wikitext.replace(str(template), "")
+            for param in template.params:
+                value = param.value.strip_code().strip()
+                if len(value) < 12 or "\n" in value or value in outside or value in rest:
+                    continue  # short, or the article says it too
+                checked += 1
+                assert value not in prose, (str(template.name), str(param.name), value)
+    assert checked > 50, checked

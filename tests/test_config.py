@@ -1,0 +1,103 @@
+"""The settings model is the one home of every setting: names, spellings, files, fingerprint."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from pydantic import Field
+
+from mlm_pipeline.config import (PANELS, PrepareConfig, build_config, config_values, load_config_file, setting,
+                                 settings_of)
+from mlm_pipeline.errors import ConfigError
+
+REQUIRED = {"inputs": ["a.txt"], "output": "out", "tokenizer": "vocab.txt"}
+
+
+def test_every_field_is_a_setting_with_help_and_a_panel():
+    settings = settings_of(PrepareConfig)
+    assert [s.name for s in settings] == list(PrepareConfig.model_fields)
+    for s in settings:
+        assert s.panel in PANELS and s.help.endswith("."), s.name
+    assert {p for p in PANELS} == {s.panel for s in settings}  # no empty panel
+
+
+def test_a_plain_field_is_refused():
+    class Plain(PrepareConfig):
+        hidden: int = Field(default=1)
+
+    with pytest.raises(TypeError, match="Plain.hidden is not declared with setting"):
+        settings_of(Plain)
+
+
+def test_googles_flag_names_are_declared_once():
+    google = {s.google: s.name for s in settings_of(PrepareConfig) if s.google}
+    assert google == {
+        "input_file": "inputs", "output_file": "output", "vocab_file": "tokenizer", "do_lower_case": "do_lower_case",
+        "max_seq_length": "max_seq_length", "max_predictions_per_seq": "max_predictions_per_seq",
+        "masked_lm_prob": "masked_lm_prob", "random_seed": "random_seed", "dupe_factor": "dupe_factor",
+        "short_seq_prob": "short_seq_prob", "do_whole_word_mask": "do_whole_word_mask",
+    }
+
+
+def test_runtime_settings_stay_out_of_the_fingerprint():
+    runtime = {s.name for s in settings_of(PrepareConfig) if s.runtime}
+    assert runtime == {"workers", "executor", "ray_address", "progress", "output", "inputs", "s3_endpoint_url",
+                       "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend"}
+    base = build_config(REQUIRED)
+    assert build_config({**REQUIRED, "workers": 7, "inputs": ["b.txt"], "claim": True}).output_fingerprint() \
+        == base.output_fingerprint()
+    assert build_config({**REQUIRED, "dupe_factor": 2}).output_fingerprint() != base.output_fingerprint()
+
+
+def test_sizes_are_written_as_users_type_them():
+    config = build_config(REQUIRED)
+    assert (config.block_bytes, config.max_line_bytes, config.split_bytes) == (4 << 20, 1 << 20, None)
+    assert build_config({**REQUIRED, "split_bytes": "64MB", "block_bytes": 1024}).split_bytes == 64 << 20
+
+
+def test_config_values_take_every_spelling():
+    values = config_values({"input_file": "a.txt,b*.txt", "vocab-file": "v.txt", "output_file": "o",
+                            "split_size": "1MB", "block-size": "2MB", "max_seq_length": 64, "format": "parquet"})
+    assert values == {"inputs": ["a.txt", "b*.txt"], "tokenizer": "v.txt", "output": "o", "split_bytes": "1MB",
+                      "block_bytes": "2MB", "max_seq_length": 64, "format": "parquet"}
+    assert config_values({"inputs": "a,b.txt"}) == {"inputs": ["a,b.txt"]}  # a comma list only by Google's name
+    with pytest.raises(ConfigError, match=r"unknown setting 'max-seq-lenght' in config \(did you mean max-seq-length"):
+        config_values({"max-seq-lenght": 64})
+
+
+def test_validation_errors_name_the_flag():
+    with pytest.raises(ConfigError, match="split-size: Value error, not a size: 'lots'"):
+        build_config({**REQUIRED, "split_bytes": "lots"})
+    with pytest.raises(ConfigError, match="max-seq-length: Input should be less than or equal to 8192"):
+        build_config({**REQUIRED, "max_seq_length": 10_000})
+
+
+def test_toml_falls_back_to_tomli_without_tomllib(tmp_path, monkeypatch):
+    """Python 3.10 has no ``tomllib``; ``tomli`` (its origin, same API) is then read instead."""
+    stdlib_toml = pytest.importorskip("tomllib")
+    file = tmp_path / "prep.toml"
+    file.write_text('[prepare]\nmax-seq-length = 64\ninput_file = "a.txt,b.txt"\n')
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # `import tomllib` fails as on Python 3.10
+    with pytest.raises(ModuleNotFoundError):
+        import tomllib as _  # noqa: F401
+    monkeypatch.setitem(sys.modules, "tomli", stdlib_toml)
+    assert load_config_file(str(file)) == {"max_seq_length": 64, "inputs": ["a.txt", "b.txt"]}
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config_file(str(tmp_path / "none.yaml"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max-seq-length = \n")
+    with pytest.raises(ConfigError, match="cannot parse config file"):
+        load_config_file(str(bad))
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config_file(str(listing))
+
+
+def test_setting_refuses_an_unknown_panel():
+    with pytest.raises(ValueError, match="unknown help panel 'misc'"):
+        setting(1, "misc", "A setting in no panel.")

@@ -1,0 +1,89 @@
+"""Tokenizer backends: ``auto`` takes the fast one, output never depends on it, and any
+difference from HF — at load (the probe set) or in a task's own text — falls back to HF with a
+warning and a manifest entry."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from conftest import VOCAB
+from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
+from mlm_pipeline.tokenize.backends.nanotoken import NanotokenEncoder
+from mlm_pipeline.tokenize.selfcheck import PROBES
+from test_shard_digests import CASES, DIGESTS, case_id, run_case
+
+
+def test_auto_takes_the_fast_backend_and_records_it():
+    tok = TextTokenizer(str(VOCAB))
+    assert tok.backend_info == {"backend": "nanotoken", "version": NanotokenEncoder.version(), "requested": "auto"}
+
+
+def test_probe_set_covers_the_hard_cases():
+    text = "".join(PROBES)
+    for needle in ("\x00", "\r\n", "\u200b", "\u0301", "\U0001f3fd", "\u0627", "\u0928", "\u0e2a", "\u30ab",
+                   "\ud55c", "\uff21", "\ufffd", "a" * 101, "a" * 250, "!!!???"):
+        assert needle in text
+    assert "" in PROBES and " " in PROBES
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ConfigError, match="unknown tokenizer backend 'fast'"):
+        TextTokenizer(str(VOCAB), backend="fast")
+
+
+class _OffByOne(NanotokenEncoder):
+    """A fast backend that is wrong on texts containing ``trigger``."""
+
+    trigger = "\u00e9"
+
+    def encode_batch(self, texts):
+        ids, lens = super().encode_batch(texts)
+        bad = np.repeat(np.array([self.trigger in t for t in texts]), lens)
+        return np.where(bad, ids + 1, ids).astype(np.int32), lens
+
+
+def test_a_backend_failing_the_probe_set_falls_back_at_load(monkeypatch, caplog):
+    from mlm_pipeline.tokenize import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "nanotoken", _OffByOne)
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        tok = TextTokenizer(str(VOCAB))
+    assert tok.encoder.name == "hf"
+    assert "self-check" in tok.backend_info["fallback_reason"]
+    assert "falls back to hf" in caplog.text
+
+
+def test_a_backend_differing_on_real_input_falls_back_for_the_task(monkeypatch, tmp_path, caplog):
+    """The probe set passes (the trigger is in no probe), the task's own first block does not:
+    the run warns, names the text, records the fallback, and writes the same bytes as HF."""
+    from mlm_pipeline.tokenize import backends
+
+    class Rare(_OffByOne):
+        trigger = "season"  # in the WikiText sample's first line, in no probe
+
+    assert not any(Rare.trigger in p for p in PROBES)
+    monkeypatch.setitem(backends.BACKENDS, "nanotoken", Rare)
+    load_tokenizer.cache_clear()  # the run must load the patched backend, in this process
+    request_cleanup = load_tokenizer.cache_clear
+    case = CASES[0]
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        got, manifest = run_case(case, tmp_path / "out", 1, with_manifest=True)
+    assert got == json.loads(DIGESTS.read_text())[case_id(case)]
+    assert "ids differ from HF on text" in caplog.text and "season" in caplog.text
+    request_cleanup()
+    fallbacks = [b for b in manifest["tokenizer_backend"] if b.get("fallback_from") == "nanotoken"]
+    assert fallbacks and fallbacks[0]["backend"] == "hf" and "season" in fallbacks[0]["fallback_reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_hf_backend_writes_the_same_bytes(case, tmp_path):
+    """Byte-identical shards with ``--tokenizer-backend hf`` and with the default (the digests)."""
+    got, manifest = run_case(case, tmp_path / "out", 1, with_manifest=True, tokenizer_backend="hf")
+    assert {b["backend"] for b in manifest["tokenizer_backend"]} == {"hf"}
+    assert got == json.loads(DIGESTS.read_text())[case_id(case)]
