@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from inspect import Parameter, Signature, getdoc
 from pathlib import Path
@@ -66,6 +67,16 @@ def _fail(message: str, code: int = 2) -> None:
 def _command(function: Callable) -> Callable:
     """``app.command`` with the docstring as help, escaped so rich shows ``[torch]`` as written."""
     return app.command(cls=_Command, no_args_is_help=True, help=escape(getdoc(function) or ""))(function)
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away (``| head``): end quietly with 0, as Unix tools do. stdout
+    is pointed at /dev/null so that the interpreter's last flush cannot complain either."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (an embedding host, a test runner)
+        pass
+    raise typer.Exit(0)
 
 
 def _version(value: bool) -> None:
@@ -291,6 +302,8 @@ def inspect(
     try:
         for line in inspect_lines(path, n=n, tokenizer=tokenizer, do_lower_case=do_lower_case, as_json=as_json):
             typer.echo(line)
+    except BrokenPipeError:
+        _stdout_gone()
     except (InspectError, OSError, ValueError) as exc:
         _fail(str(exc))
 
@@ -313,10 +326,10 @@ def report(
         _fail(f"no manifest.json in {output} (is the run complete?)")
     except (OSError, json.JSONDecodeError) as exc:
         _fail(f"cannot read {url}: {exc}")
-    if as_json:
-        typer.echo(json.dumps(manifest["totals"], indent=1))
-    else:
-        typer.echo(render_report(manifest))
+    try:
+        typer.echo(json.dumps(manifest["totals"], indent=1) if as_json else render_report(manifest))
+    except BrokenPipeError:
+        _stdout_gone()
 
 
 @_command
@@ -395,8 +408,8 @@ def finalize(
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     if not wrote:
-        typer.echo("manifest.json already exists (use --force to rewrite it)")
-    typer.echo(render_summary(manifest, output))
+        typer.echo("manifest.json already exists; nothing written (use --force to rewrite it)")
+    typer.echo(render_summary(manifest, output, wrote=wrote))
 
 
 @_command
@@ -440,8 +453,11 @@ def vocab(
 def main() -> None:
     try:
         app()
-    except BrokenPipeError:  # e.g. `mlm-pipeline inspect ... | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # e.g. `mlm-pipeline report ... | head`, wherever it is raised
+        try:
+            _stdout_gone()
+        except typer.Exit:
+            sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ PANELS = ("input", "tokenizer", "instances", "masking", "output", "execution", "
 
 def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (), google: str | None = None,
             positional: bool = False, metavar: str | None = None, runtime: bool = False,
-            choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
+            by_content: bool = False, choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
     """A settings field with what the command line and config files need to offer it.
 
     ``default``: ``...`` when required; sizes are written as a user types them ("4MB").
@@ -68,6 +68,8 @@ def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (),
     ``--field-name`` (the first one is the main one). ``google``: the flag's name in Google's
     ``create_pretraining_data.py``, accepted as written there (``--max_seq_length=128``).
     ``positional``: given as the command's arguments. ``runtime``: does not change output bytes.
+    ``by_content``: a path whose file content is fingerprinted elsewhere (the tokenizer's): it is
+    recorded, but where it lies enters neither the output fingerprint nor the resume check.
     ``choices``: for a plain ``str`` setting whose values come from a registry (input and output
     formats, objectives, tokenizer backends), a function listing them (asked when help is shown).
     ``constraints``: pydantic's (``ge``, ``le``, ``min_length``, ...).
@@ -75,7 +77,7 @@ def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (),
     if panel not in PANELS:
         raise ValueError(f"unknown help panel {panel!r}; one of {', '.join(PANELS)}")
     extra = {"panel": panel, "flags": list(flags), "google": google, "positional": positional,
-             "metavar": metavar, "runtime": runtime, "choices": choices}
+             "metavar": metavar, "runtime": runtime, "by_content": by_content, "choices": choices}
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
@@ -152,7 +154,7 @@ class PrepareConfig(BaseModel):
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
         ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, or a model directory holding either.",
-        flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file")
+        flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
         "auto", "tokenizer", "Encoder of the tokenizer: auto takes the fastest installed one that gives HF's ids "
         "exactly (checked at load and on each task's first text); hf is the reference. Output never depends on it.",
@@ -328,8 +330,13 @@ class PrepareConfig(BaseModel):
         runtime = {s.name for s in settings_of(type(self)) if s.runtime}
         return {k: v for k, v in self.model_dump().items() if k not in runtime}
 
+    def compared_settings(self) -> dict:
+        """The output settings that a resumed run must match, as spelled: all but the paths whose
+        content is fingerprinted instead (the tokenizer), so the same vocab elsewhere resumes."""
+        return {k: v for k, v in self.output_settings().items() if k not in by_content_names(type(self))}
+
     def output_fingerprint(self) -> str:
-        blob = json.dumps(self.output_settings(), sort_keys=True).encode()
+        blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
 
@@ -349,6 +356,7 @@ class Setting:
     runtime: bool  # True: does not change output bytes
     text: bool  # True: the model parses it from text (sizes), so the command line passes text
     registry_choices: Callable[[], list[str]] | None = None  # a registry's names (see setting())
+    by_content: bool = False  # a path fingerprinted by its content (see setting())
 
     @property
     def required(self) -> bool:
@@ -398,9 +406,14 @@ def settings_of(model: type[BaseModel] = PrepareConfig) -> tuple[Setting, ...]:
             flags=() if extra["positional"] else tuple(extra["flags"] or [f"--{name.replace('_', '-')}"]),
             google=extra["google"], positional=extra["positional"], metavar=extra["metavar"],
             runtime=extra["runtime"], text=any(isinstance(m, BeforeValidator) for m in field.metadata),
-            registry_choices=extra.get("choices"),
+            registry_choices=extra.get("choices"), by_content=extra.get("by_content", False),
         ))
     return tuple(out)
+
+
+def by_content_names(model: type[BaseModel] = PrepareConfig) -> frozenset[str]:
+    """Fields whose content, not spelling, identifies them (see :func:`setting`)."""
+    return frozenset(s.name for s in settings_of(model) if s.by_content)
 
 
 def config_values(data: dict, model: type[BaseModel] = PrepareConfig, source: str = "config") -> dict:

@@ -28,14 +28,17 @@ def _share(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
 
 
-def render_summary(manifest: dict, output: str) -> str:
+def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
+    """A few lines on an output; ``wrote=False`` when this command found it written already."""
     t = manifest["totals"]
     skipped = t.get("documents_skipped", {})
     skipped_text = ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())) or "none"
     files_skipped = t.get("files_skipped", {})
     lines = [
-        f"wrote {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
-        f"{t.get('bytes_written', 0) / 1e6:,.1f} MB -> {output}",
+        (f"wrote {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
+         f"{t.get('bytes_written', 0) / 1e6:,.1f} MB -> {output}" if wrote else
+         f"{output} holds {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
+         f"{t.get('bytes_written', 0) / 1e6:,.1f} MB"),
         f"  documents read {t.get('documents_read', 0):,}; skipped: {skipped_text}",
         f"  sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}, "
         f"masked tokens {t.get('masked_tokens', 0):,}",
