@@ -22,6 +22,7 @@ from typing import Any, Callable, List, Literal, Optional
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
@@ -186,6 +187,15 @@ class PrepareCommand(_Command):
 
     settings_model: type = PrepareConfig
 
+    def format_help(self, ctx, formatter):
+        """The settings panel by panel, one compact row each (:mod:`mlm_pipeline.cli_help`)."""
+        from mlm_pipeline.cli_help import print_grouped_help
+
+        others = [(", ".join(p.opts) + (f" {p.metavar}" if p.metavar else ""), Text.from_markup(p.help or "").plain)
+                  for p in self.get_params(ctx) if p.name not in self.settings_model.model_fields]
+        print_grouped_help(self.get_usage(ctx), Text.from_markup(self.help or "").plain,
+                           settings_of(self.settings_model), PANELS, others)
+
     def parse_args(self, ctx, args):
         return super().parse_args(ctx, native_args(list(args), settings_of(self.settings_model)))
 
@@ -225,8 +235,8 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
 
     config_option = typer.Option(
         None, "--config", metavar="FILE", show_default=False,
-        help=escape("YAML or TOML file of settings, optionally under a [prepare] table; keys are the flag names "
-                    "(dashes or underscores) or Google's. Flags given here override it."))
+        help=escape("YAML or TOML file of settings, optionally under a [prepare] table; keys: the flag or "
+                    "Google's names. Flags given here override it."))
     prepare.__signature__ = Signature([
         Parameter("ctx", Parameter.KEYWORD_ONLY, annotation=typer.Context),
         Parameter("config_file", Parameter.KEYWORD_ONLY, default=config_option, annotation=Optional[Path]),
@@ -419,7 +429,7 @@ def vocab(
     output: str = typer.Option(..., "--output", "-o", help="tokenizer.json path, or a directory; vocab.txt and "
                                "vocab-report.json are written beside it."),
     vocab_size: int = typer.Option(30522, "--vocab-size", help="Entries in the vocabulary, special tokens included."),
-    lowercase: bool = typer.Option(True, "--lowercase/--no-lowercase", help="Lower-case (and strip accents) first."),
+    lowercase: bool = typer.Option(True, "--lowercase/--no-lowercase", metavar="", help="Lower-case (and strip accents) first."),
     flavor: str = typer.Option("bert", "--tokenizer-flavor", metavar="<bert|electra>",
                                help="electra: also delete every Unicode category C* character, as ELECTRA does."),
     character_coverage: float = typer.Option(0.9995, "--character-coverage", help="Share of character occurrences "
