@@ -93,3 +93,23 @@ def test_progress_line_says_how_the_run_ended():
     assert _final_line(None).endswith("tasks 1/2, done")
     assert _final_line(KeyboardInterrupt()).endswith("tasks 1/2, interrupted")
     assert _final_line(RuntimeError("task 3 failed")).endswith("tasks 1/2, stopped by an error")
+
+
+def test_report_says_what_a_run_did_not_count(tmp_path):
+    """Reference mode does not count short targets or truncated pairs: the report says so rather
+    than showing 0; an output without masks says the loader masks, not "0 masked tokens"."""
+    ref, plain, unmasked = tmp_path / "ref", tmp_path / "plain", tmp_path / "unmasked"
+    cli("prepare", SAMPLE_TEXT, "-o", ref, "-t", VOCAB, "--reference", "--no-progress")
+    cli("prepare", SAMPLE_TEXT, "-o", plain, "-t", VOCAB, "--no-progress")
+    cli("prepare", SAMPLE_TEXT, "-o", unmasked, "-t", VOCAB, "--objective", "tokens", "--no-progress")
+    text = cli("report", ref).stdout
+    assert "(reference mode)" in text
+    assert "documents with a short target length, truncated pairs: not tracked in reference mode" in text
+    assert "truncated pairs 0" not in text and "truncated pairs: 0" not in text
+    assert "tokens of the documents read 1,019" in text and "masked tokens 180" in text
+    text = cli("report", plain).stdout
+    assert "documents with a short target length: 0; truncated pairs: 11" in text
+    assert "tokens of the documents read 1,019" in text and "not tracked" not in text
+    text = cli("report", unmasked).stdout
+    assert "masks: none in the shards (--masking none): the training loader masks at load time" in text
+    assert "masked tokens 0" not in text and "masked positions per instance" not in text
