@@ -1,7 +1,7 @@
 """``prepare --help``: every setting in its help panel, one compact row each.
 
 The settings are many, so their help is laid out as a manual page is: the flag with its value
-(``--max-seq-length INTEGER``, ``--format tfrecord|parquet``, a switch as ``--do-lower-case /
+(``--max-seq-length N``, ``--format tfrecord|parquet``, a switch as ``--do-lower-case /
 --no-do-lower-case``) beside its help, or above it when the flag is long, and the default at the
 end. It is drawn from the settings themselves (:mod:`mlm_pipeline.config`), and text is shown as
 written: ``[CLS]`` stays ``[CLS]``.
