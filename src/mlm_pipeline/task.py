@@ -26,6 +26,7 @@ from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
+from mlm_pipeline.tokenize.selfcheck import first_texts
 from mlm_pipeline.formats.sink import open_sink
 
 ProgressFn = Callable[[dict], None]
@@ -36,22 +37,6 @@ def text_bytes(sentences: list[str]) -> int:
     length (``isascii`` is a flag check in CPython); only the others are encoded (lone
     surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
     return sum(len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass")) for s in sentences)
-
-
-CHECK_BYTES = 64 << 10
-"""How much of a task's first block the backend check encodes twice (HF is ~80x slower than
-the fast backend, so checking a whole 4 MB block would cost as much as the task's own work)."""
-
-
-def first_texts(documents: list[list[str]], budget: int = CHECK_BYTES) -> list[str]:
-    texts, size = [], 0
-    for doc in documents:
-        for s in doc:
-            texts.append(s)
-            size += len(s)
-            if size >= budget:
-                return texts
-    return texts
 
 
 def tokenize_documents(
@@ -135,9 +120,10 @@ def _process_block(
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
-                   block_stats: _BlockStats, sink: ShardSink) -> None:
+                   block_stats: _BlockStats, sink: ShardSink) -> dict | None:
     """Reference mode: the objective's reference reads the task's files whole, with its own
-    parsing, algorithm, random stream and (if any) masking."""
+    parsing, algorithm, random stream and (if any) masking. Returns what encoded the text (a
+    reference may tokenize by its own rules, with its own checked encoder)."""
     reference = get_objective(config.objective).reference
     ctx = ReferenceContext(settings=config, tokenizer=tok, read_stats=read_stats)
     for batch, counts in reference.build([piece.url for piece in task.pieces], ctx):
@@ -145,6 +131,7 @@ def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_s
         tokens = counts.pop("tokens", 0)
         block_stats.add(batch, counts, {}, tokens)
         sink.write(batch)
+    return ctx.tokenizer_backend or None
 
 
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
@@ -160,8 +147,9 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     sink = open_sink(config, task.task_id, task_index=task.index, task_count=task.count,
                      max_predictions=0 if sequence_only else config.max_predictions_per_seq)
     try:
+        reference_backend = None  # what a reference mode's own tokenizing used
         if config.reference:
-            _run_reference(task, config, tok, read_stats, block_stats, sink)
+            reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink)
         else:
             block: list[list[str]] = []
             block_size = 0
@@ -198,7 +186,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         "shards": shards,
         "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict()]),
         "seconds": round(time.time() - started, 3),
-        "tokenizer_backend": tok.backend_info,
+        "tokenizer_backend": reference_backend or tok.backend_info,
     }
     write_marker(config.output, marker)
     return marker
