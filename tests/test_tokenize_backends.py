@@ -121,3 +121,16 @@ def test_reference_mode_encodes_with_the_checked_fast_backend_and_falls_back_on_
     assert "ids differ from HF on text" in caplog.text and "season" in caplog.text
     fallbacks = [b for b in manifest["tokenizer_backend"] if b.get("fallback_from") == "nanotoken"]
     assert fallbacks and fallbacks[0]["backend"] == "hf" and "season" in fallbacks[0]["fallback_reason"]
+
+
+def test_the_per_task_check_takes_non_ascii_texts_first_within_a_budget_proportional_to_the_task():
+    from mlm_pipeline.tokenize.selfcheck import CHECK_MAX_BYTES, CHECK_MIN_BYTES, check_budget, first_texts
+
+    assert check_budget(1 << 20) == CHECK_MIN_BYTES            # small tasks: the floor
+    assert check_budget(8 << 20) == (8 << 20) // 512           # 16 KB of an 8 MB task
+    assert check_budget(1 << 40) == CHECK_MAX_BYTES            # the cap
+    docs = [["plain " * 20, "caf\u00e9 " * 5], ["more plain " * 10, "\u4e2d\u6587" * 3, "x" * 50]]
+    assert first_texts(docs, budget=40) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20]
+    assert first_texts(docs, budget=10) == ["caf\u00e9 " * 5]
+    assert first_texts(docs, budget=10_000) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20,
+                                                "more plain " * 10, "x" * 50]

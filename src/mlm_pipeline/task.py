@@ -26,7 +26,7 @@ from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
-from mlm_pipeline.tokenize.selfcheck import first_texts
+from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 from mlm_pipeline.formats.sink import open_sink
 
 ProgressFn = Callable[[dict], None]
@@ -104,7 +104,7 @@ def _process_block(
 ) -> None:
     """Tokenize a block, build its instances with the configured objective, mask, write."""
     if block_index == 0:  # the fast backend must agree with HF on this task's own text too
-        tok.check_block(first_texts(documents), f"task {task.task_id}")
+        tok.check_block(first_texts(documents, check_budget(task.input_bytes)), f"task {task.task_id}")
     docs = tokenize_documents(documents, tok, read_stats)
     if len(docs.doc_sentences) == 0:
         return

@@ -28,7 +28,7 @@ from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.instances.batch import lengths_to_offsets
 from mlm_pipeline.tokenize import TextTokenizer
 from mlm_pipeline.tokenize.loading import CheckedEncoder
-from mlm_pipeline.tokenize.selfcheck import first_texts
+from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 
 # Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
 REFERENCE_MAX_INPUT_CHARS_PER_WORD = 200
@@ -120,7 +120,7 @@ def tokenize_reference_documents(
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
-    encoder.check_block(first_texts([sentences]), where)
+    encoder.check_block(first_texts([sentences], check_budget(sum(map(len, sentences)))), where)
     flat, lengths = encoder.encode_batch(sentences)
     if backend is not None:
         backend.update(encoder.info)
