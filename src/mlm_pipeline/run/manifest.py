@@ -56,6 +56,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         "tokenizer_backend": done.backends(),
         "shards": shards,
         "totals": totals,
+        "task_timings": done.timings(),
     }
 
 
