@@ -127,7 +127,8 @@ def _task_throughput(data: dict) -> Plot | None:
     timed = [t for t in tasks if t.get("start_offset") is not None]
     for y, t in enumerate(timed):
         right.broken_barh([(t["start_offset"], t["seconds"])], (y - 0.4, 0.8), color=COLOR)
-    right.set(xlabel="seconds since the first task started", ylabel="task", title="when each task ran")
+    right.set(xlabel="seconds since the first task started", ylabel="task (plan order)", title="when each task ran")
+    right.yaxis.get_major_locator().set_params(integer=True)
     if len(names) <= 12:
         left.set_xticks(range(len(tasks)), names, rotation=90, fontsize=7)
     seconds = [t["seconds"] for t in tasks]
@@ -147,6 +148,7 @@ def _skips(data: dict) -> Plot | None:
     ax.barh([r for r, _ in rows], [v for _, v in rows], color=ACCENT)
     ax.invert_yaxis()
     ax.set(xlabel="count")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     caption = f"{sum(skips['documents'].values()):,} documents and {sum(skips['files'].values()):,} files skipped"
     return Plot("skips", "Skips by reason", caption, _png(fig, "Skips by reason"))
 
