@@ -41,6 +41,33 @@ def executor_for(config: PrepareConfig) -> Executor:
     return LocalExecutor(config)
 
 
+def prepare(config: PrepareConfig | dict | None = None, /, *, show_progress: bool = False, **settings) -> dict:
+    """``mlm-pipeline prepare`` from Python; returns the manifest (as ``manifest.json`` holds it).
+
+    Give a :class:`PrepareConfig`, or its settings as keywords (the flags' names with ``_``:
+    ``inputs``, ``output``, ``tokenizer``, ``max_seq_length``, ...), or a dict of them; keywords
+    then override the config's values. Errors are the CLI's: :class:`~mlm_pipeline.errors.ConfigError`
+    and the other :class:`~mlm_pipeline.errors.PipelineError` types, ``TaskFailed`` for a task.
+    The progress line is off unless ``show_progress``.
+    """
+    from mlm_pipeline.config import build_config
+
+    if isinstance(config, PrepareConfig):
+        values = config.model_dump()
+    elif config is None or isinstance(config, dict):
+        values = dict(config or {})
+    else:
+        raise TypeError(f"prepare() takes a PrepareConfig or a dict, not {type(config).__name__}")
+    values.update(settings)
+    if isinstance(values.get("inputs"), str):
+        values["inputs"] = [values["inputs"]]
+    values = {k: str(v) if k in ("output", "tokenizer") and hasattr(v, "__fspath__") else v for k, v in values.items()}
+    if "inputs" in values:
+        values["inputs"] = [str(i) for i in values["inputs"]]
+    result = run_prepare(build_config(values), show_progress=show_progress)
+    return result
+
+
 def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
     """Run (or resume) ``prepare``; returns the manifest.
 
