@@ -117,3 +117,35 @@ def test_report_without_nsp_or_static_masks_names_the_reason(tmp_path):
     assert "makes no next-sentence pairs" in data["not_known"]["random_next_share"]
     assert "masks at load time" in data["not_known"]["masked_per_instance"]
     assert data["masking"] == {} and "random_next" not in data["pairs"]
+
+
+def test_report_of_an_older_output_says_what_it_lacks(prepared):
+    """A manifest written before per-task timings and token counts existed: those are not known
+    (with the reason), and nothing else changes."""
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.data import OLDER_WHY
+    from mlm_pipeline.report.plots import make_plots
+
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    full = report_data(manifest)
+    old = {k: v for k, v in manifest.items() if k != "task_timings"}
+    old["totals"] = {k: v for k, v in manifest["totals"].items() if k not in ("unk_tokens", "top_token_counts")}
+    data = report_data(old)
+    assert data["not_known"] == {"task_throughput": OLDER_WHY, "unk_rate": OLDER_WHY, "top_tokens": OLDER_WHY}
+    assert data["tasks"] == [] and data["tokens"] == {"tokens": full["tokens"]["tokens"]}
+    assert {k: data[k] for k in ("lengths", "pairs", "masking", "skips", "settings")} == \
+        {k: full[k] for k in ("lengths", "pairs", "masking", "skips", "settings")}
+    assert [p.name for p in make_plots(data)] == ["instance_length", "tokens_per_instance", "masked_per_instance",
+                                                  "random_next", "skips"]
+
+
+def test_plots_without_matplotlib_say_which_extra(prepared, tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = sys.modules['matplotlib.figure'] = None; "
+            "from mlm_pipeline.cli import main; sys.argv[0] = 'mlm-pipeline'; main()")
+    proc = subprocess.run([sys.executable, "-c", code, "report", str(prepared), "--html", str(tmp_path / "r.html")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "plots need matplotlib" in proc.stderr and "'.[report]'" in proc.stderr
+    assert not (tmp_path / "r.html").exists()
+    proc = subprocess.run([sys.executable, "-c", code, "report", str(prepared), "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["output"]["instances"] > 0  # JSON needs no plots
