@@ -67,6 +67,8 @@ def test_report_json_matches_the_shards_and_the_input(prepared, tok):
     top = [(t["token"], t["count"]) for t in data["tokens"]["top_tokens"]]
     expected = [(tok.tokenizer.id_to_token(int(i)), int(counts[i])) for i in np.argsort(-counts, kind="stable")[:len(top)]]
     assert len(top) == 25 and top == expected  # these are frequent in every task: exact sums
+    kept = list(json.loads((prepared / "manifest.json").read_text())["totals"]["top_token_counts"].values())
+    assert len(kept) == 1000 and kept == sorted(kept, reverse=True)  # the manifest keeps the 1000 most frequent
     # skips, per-task timings, settings; nothing unknown in the default mode
     assert data["skips"]["files"] == {"empty_file": 1} and data["skips"]["documents"] == {}
     tasks = data["tasks"]
