@@ -128,7 +128,7 @@ def render_html(data: dict, plots: list[Plot], *, title: str = "mlm-pipeline rep
 <title>{_e(title)}</title><style>{_STYLE}</style></head>
 <body>
 <h1>{_e(title)}</h1>
-<p class="note">mlm-pipeline {_e(run.get('version'))}, run of {_e(run.get('created'))}, {_num(run.get('tasks'))} tasks.</p>
+<p class="note">mlm-pipeline {_e(run.get('version'))}, run of {_e(run.get('created'))}, {_num(run.get('tasks'))} task{'' if run.get('tasks') == 1 else 's'}.</p>
 <h2>Summary</h2>{_summary(data)}
 <h2>Not known</h2>{_not_known(data)}
 {sections}
