@@ -151,3 +151,26 @@ def test_plots_without_matplotlib_say_which_extra(prepared, tmp_path):
     assert not (tmp_path / "r.html").exists()
     proc = subprocess.run([sys.executable, "-c", code, "report", str(prepared), "--json"], capture_output=True, text=True)
     assert proc.returncode == 0 and json.loads(proc.stdout)["output"]["instances"] > 0  # JSON needs no plots
+
+
+def test_plot_labels_and_many_tasks(prepared):
+    """Tokens no installed font can draw are labelled by code point, ``$`` is not math; a run of
+    thousands of tasks is drawn as a histogram and a scatter, quickly."""
+    import time
+
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.html import render_html
+    from mlm_pipeline.report.plots import make_plots, token_label
+
+    assert token_label("the") == "the" and token_label("##ing") == "##ing"
+    assert token_label("$") == "\\$" and token_label("a\u0378") == "aU+0378"  # (unassigned: no font has it)
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    many = dict(manifest, task_timings=[dict(t, task_id=f"{i:06d}", started=t["started"] + i)
+                                        for i in range(5000) for t in manifest["task_timings"][:1]])
+    data = report_data(many)
+    started = time.perf_counter()
+    plots = {p.name: p for p in make_plots(data)}
+    assert time.perf_counter() - started < 30 and len(data["tasks"]) == 5000
+    assert plots["task_throughput"].caption.startswith("5000 tasks")
+    page = render_html(data, list(plots.values()))
+    assert "<code>the</code>" in page and page.count("<tr><td><code>") == 25

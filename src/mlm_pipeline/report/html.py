@@ -95,8 +95,16 @@ def _section(name: str, title: str, why_key: str | None, none_text: str, plots: 
         text = f"<p class='unknown'>Not known: {_e(why)}.</p>" if why else f"<p class='note'>{_e(none_text)}.</p>"
         return f"<section id='{name}'><h2>{_e(title)}</h2>{text}</section>"
     src = "data:image/png;base64," + base64.b64encode(plot.png).decode("ascii")
+    extra = _token_table(data) if name == "top_tokens" else ""
     return (f"<section id='{name}'><h2>{_e(title)}</h2><figure><img class='plot' alt='{_e(title)}' src='{src}'>"
-            f"<figcaption>{_e(plot.caption)}</figcaption></figure></section>")
+            f"<figcaption>{_e(plot.caption)}</figcaption></figure>{extra}</section>")
+
+
+def _token_table(data: dict) -> str:
+    """The top tokens as text too (the browser's fonts show every script; the plot's may not)."""
+    rows = "".join(f"<tr><td><code>{_e(t['token'])}</code></td><td class='n'>{t['count']:,}</td>"
+                   f"<td class='n'>{_share(t['share'])}</td></tr>" for t in data["tokens"]["top_tokens"])
+    return f"<table class='tokens'><tr><th>token</th><th>count</th><th>share</th></tr>{rows}</table>"
 
 
 def _skipped_files(data: dict) -> str:

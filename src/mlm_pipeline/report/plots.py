@@ -8,6 +8,7 @@ directly (no pyplot, no global state, no display needed).
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 from typing import Callable
@@ -17,6 +18,11 @@ from mlm_pipeline.errors import ConfigError
 DPI = 100
 WIDTH, HEIGHT = 7.5, 3.4
 COLOR, ACCENT = "#3b6ea8", "#d9822b"
+MANY_TASKS = 400
+"""Above this many tasks, throughput is a histogram and the timeline a scatter (not a bar each)."""
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN")
+"""Fonts for tokens of Chinese, Japanese and Korean text, used when installed (after DejaVu Sans)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,25 @@ def _png(fig, title: str) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def _fonts() -> tuple[list[str], list]:
+    """The font families for token labels (DejaVu Sans, then any installed CJK font) and their faces."""
+    from matplotlib import font_manager, ft2font
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    families = ["DejaVu Sans", *(name for name in CJK_FONTS if name in installed)]
+    faces = [ft2font.FT2Font(font_manager.findfont(name, fallback_to_default=False)) for name in families]
+    return families, faces
+
+
+def token_label(token: str) -> str:
+    """A token as a plot label: characters no installed font has are written as U+XXXX (never a
+    blank box), and ``$`` is escaped (matplotlib would read math between two)."""
+    _, faces = _fonts()
+    return "".join("\\$" if c == "$" else c if any(face.get_char_index(ord(c)) for face in faces)
+                   else f"U+{ord(c):04X}" for c in token)
 
 
 def _fmt(x: float | None, spec: str = ".1%") -> str:
@@ -122,15 +147,24 @@ def _task_throughput(data: dict) -> Plot | None:
         return None
     fig, (left, right) = _figure(1, 2, height=HEIGHT)
     names = [t["task_id"] for t in tasks]
-    left.bar(range(len(tasks)), [t["mb_per_s"] or 0 for t in tasks], color=COLOR)
-    left.set(xlabel="task (plan order)", ylabel="MB of input per second", title="throughput")
+    speeds = [t["mb_per_s"] or 0 for t in tasks]
     timed = [t for t in tasks if t.get("start_offset") is not None]
-    for y, t in enumerate(timed):
-        right.broken_barh([(t["start_offset"], t["seconds"])], (y - 0.4, 0.8), color=COLOR)
-    right.set(xlabel="seconds since the first task started", ylabel="task (plan order)", title="when each task ran")
-    right.yaxis.get_major_locator().set_params(integer=True)
-    if len(names) <= 12:
-        left.set_xticks(range(len(tasks)), names, rotation=90, fontsize=7)
+    if len(tasks) > MANY_TASKS:  # a bar or a box per task would be unreadable (and slow to draw)
+        left.hist(speeds, bins=50, color=COLOR)
+        left.set(xlabel="MB of input per second", ylabel="tasks", title="throughput")
+        right.scatter([t["start_offset"] for t in timed], [t["seconds"] for t in timed], s=4, color=COLOR)
+        right.set(xlabel="seconds since the first task started", ylabel="seconds the task took",
+                  title="when each task ran")
+    else:
+        left.bar(range(len(tasks)), speeds, color=COLOR)
+        left.set(xlabel="task (plan order)", ylabel="MB of input per second", title="throughput")
+        for y, t in enumerate(timed):
+            right.broken_barh([(t["start_offset"], t["seconds"])], (y - 0.4, 0.8), color=COLOR)
+        right.set(xlabel="seconds since the first task started", ylabel="task (plan order)",
+                  title="when each task ran")
+        right.yaxis.get_major_locator().set_params(integer=True)
+        if len(names) <= 12:
+            left.set_xticks(range(len(tasks)), names, rotation=90, fontsize=7)
     seconds = [t["seconds"] for t in tasks]
     mbs = sum(t["bytes_read"] for t in tasks) / 1e6
     caption = (f"{len(tasks)} tasks, {sum(seconds):,.1f} task-seconds in all ({mbs / max(sum(seconds), 1e-9):,.2f} "
@@ -159,9 +193,9 @@ def _top_tokens(data: dict) -> Plot | None:
     if not top:
         return None
     fig, ax = _figure(height=0.22 * len(top) + 1.0)
-    ax.barh([t["token"] for t in top], [t["count"] for t in top], color=COLOR)
+    ax.barh(range(len(top)), [t["count"] for t in top], color=COLOR)
+    ax.set_yticks(range(len(top)), [token_label(t["token"]) for t in top], fontsize=8, fontfamily=_fonts()[0])
     ax.invert_yaxis()
-    ax.tick_params(axis="y", labelsize=8)
     ax.set(xlabel="occurrences in the input")
     unk = f"[UNK] rate {_fmt(tokens.get('unk_rate'), '.3%')} ({tokens.get('unk_tokens', 0):,} of " \
           f"{tokens.get('tokens', 0):,} tokens)" if "unk_rate" in tokens else "[UNK] rate not recorded"
@@ -178,4 +212,4 @@ def make_plots(data: dict) -> list[Plot]:
     return [p for p in (make(data) for make in PLOTS) if p is not None]
 
 
-__all__ = ["PLOTS", "Plot", "make_plots"]
+__all__ = ["PLOTS", "Plot", "make_plots", "token_label"]
