@@ -56,3 +56,21 @@ def test_every_example_of_the_api_page_runs(tmp_path, monkeypatch, capsys):
     assert "cannot exceed max_seq_length" in printed
     assert "[CLS]" in printed and "random-next share" in printed
     assert (tmp_path / "out-api" / "manifest.json").exists() and (tmp_path / "report.html").exists()
+
+
+def test_prepare_takes_paths_a_dict_or_a_config(tmp_path):
+    from mlm_pipeline import ConfigError, PrepareConfig, prepare
+
+    from conftest import SAMPLE_TEXT, VOCAB
+
+    by_path = prepare(inputs=SAMPLE_TEXT, output=tmp_path / "a", tokenizer=VOCAB, workers=1)
+    as_dict = prepare({"inputs": [str(SAMPLE_TEXT)], "output": str(tmp_path / "b"), "tokenizer": str(VOCAB)}, workers=1)
+    config = PrepareConfig(inputs=[str(SAMPLE_TEXT)], output=str(tmp_path / "c"), tokenizer=str(VOCAB), workers=1)
+    from_config = prepare(config)
+    assert [s["sha256"] for s in by_path["shards"]] == [s["sha256"] for s in as_dict["shards"]] == \
+        [s["sha256"] for s in from_config["shards"]]
+    assert (tmp_path / "a" / "manifest.json").exists() and by_path["totals"]["documents_read"] == 3
+    with pytest.raises(ConfigError, match="max-seq-length"):
+        prepare(config, output=str(tmp_path / "d"), max_seq_length=2)
+    with pytest.raises(TypeError, match="PrepareConfig or a dict"):
+        prepare(["x.txt"])

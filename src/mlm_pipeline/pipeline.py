@@ -12,6 +12,7 @@ done first writes the manifest; each returns a summary of what it did.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from mlm_pipeline.config import PrepareConfig
@@ -59,13 +60,14 @@ def prepare(config: PrepareConfig | dict | None = None, /, *, show_progress: boo
     else:
         raise TypeError(f"prepare() takes a PrepareConfig or a dict, not {type(config).__name__}")
     values.update(settings)
-    if isinstance(values.get("inputs"), str):
+    if isinstance(values.get("inputs"), (str, os.PathLike)):
         values["inputs"] = [values["inputs"]]
-    values = {k: str(v) if k in ("output", "tokenizer") and hasattr(v, "__fspath__") else v for k, v in values.items()}
-    if "inputs" in values:
-        values["inputs"] = [str(i) for i in values["inputs"]]
-    result = run_prepare(build_config(values), show_progress=show_progress)
-    return result
+    if "inputs" in values:  # paths as str (pathlib.Path welcome)
+        values["inputs"] = [os.fspath(i) for i in values["inputs"]]
+    for key in ("output", "tokenizer"):
+        if isinstance(values.get(key), os.PathLike):
+            values[key] = os.fspath(values[key])
+    return run_prepare(build_config(values), show_progress=show_progress)
 
 
 def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
