@@ -55,6 +55,11 @@ def tokenize_documents(
     return TokenizedDocs(ids=ids, sentence_lengths=lens[keep], doc_sentences=doc_sentences[doc_sentences > 0])
 
 
+TOP_TOKENS = 500
+"""Most frequent tokens a task records (``top_token_counts``): the run's totals sum them, so a
+token's count there is exact when it is among every task's most frequent, a lower bound otherwise."""
+
+
 class _BlockStats:
     def __init__(self) -> None:
         self.pairs = Counter()
@@ -62,6 +67,26 @@ class _BlockStats:
         self.tokens = 0
         self.length_hist: Counter = Counter()
         self.masked_hist: Counter = Counter()
+        self.token_counts: np.ndarray | None = None  # per token id, the input tokens (default mode)
+        self.unk_tokens = 0
+
+    def count_tokens(self, ids: np.ndarray, tok: TextTokenizer) -> None:
+        """Count the input tokens of a block by id (one ``bincount``) and its unknown tokens."""
+        counts = np.bincount(ids, minlength=tok.vocab_size)
+        self.token_counts = counts if self.token_counts is None else self.token_counts + counts[: len(self.token_counts)]
+        if tok.unk_id is not None:
+            self.unk_tokens += int(counts[tok.unk_id])
+
+    def token_dict(self, tok: TextTokenizer) -> dict:
+        """``unk_tokens`` and ``top_token_counts`` (token text -> count), when tokens were counted."""
+        if self.token_counts is None:
+            return {}
+        counts = self.token_counts
+        top = np.argsort(-counts, kind="stable")[:TOP_TOKENS]
+        top = top[counts[top] > 0]
+        names = tok.convert_ids_to_tokens(top)
+        return {"unk_tokens": self.unk_tokens,
+                "top_token_counts": {name: int(counts[i]) for name, i in zip(names, top)}}
 
     def add(self, batch: InstanceBatch, pair: dict, mask: dict, tokens: int) -> None:
         self.pairs.update(pair)
@@ -106,6 +131,7 @@ def _process_block(
     if block_index == 0:  # the fast backend must agree with HF on this task's own text too
         tok.check_block(first_texts(documents, check_budget(task.input_bytes)), f"task {task.task_id}")
     docs = tokenize_documents(documents, tok, read_stats)
+    block_stats.count_tokens(docs.ids, tok)
     if len(docs.doc_sentences) == 0:
         return
     rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
@@ -137,6 +163,7 @@ def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_s
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
     """Process one task completely and return its marker, which it writes last (the task is done)."""
     started = time.time()
+    clock = time.perf_counter()
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
     options = ReadOptions.from_config(config)
@@ -184,8 +211,9 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         "task": task.to_dict(),
         "output_fingerprint": config.output_fingerprint(),
         "shards": shards,
-        "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict()]),
-        "seconds": round(time.time() - started, 3),
+        "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict(), block_stats.token_dict(tok)]),
+        "started": round(started, 3),  # (seconds since the epoch; markers are not shards: no digest changes)
+        "seconds": round(time.perf_counter() - clock, 3),
         "tokenizer_backend": reference_backend or tok.backend_info,
     }
     write_marker(config.output, marker)

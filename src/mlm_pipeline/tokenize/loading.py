@@ -142,6 +142,7 @@ class TextTokenizer:
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
         self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
+        self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.is_continuation = _continuation_table(tok)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
