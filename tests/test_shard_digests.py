@@ -22,9 +22,9 @@ INPUTS = [WIKITEXT, SAMPLE_TEXT, WIKIEXTRACTOR, DATA / "hongloumeng-300KB.txt"]
 
 CASES = [
     dict(objective=objective, format=fmt, reference=False, do_whole_word_mask=wwm)
-    for objective in ("nsp", "packed", "tokens")
+    for objective in ("nsp", "packed", "tokens", "electra")
     for fmt in ("tfrecord", "parquet")
-    for wwm in ((False,) if objective == "tokens" else (False, True))
+    for wwm in ((False,) if objective in ("tokens", "electra") else (False, True))
 ] + [
     dict(objective="nsp", format=fmt, reference=True, do_whole_word_mask=wwm)
     for fmt in ("tfrecord", "parquet")

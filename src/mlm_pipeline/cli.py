@@ -321,11 +321,16 @@ def inspect(
 @_command
 def report(
     output: str = typer.Argument(..., help="A prepared output directory or URL (reads its manifest.json)."),
-    as_json: bool = typer.Option(False, "--json", metavar="", help="Print the manifest totals as JSON."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="Print the report as JSON instead of text: "
+                                 "totals, settings, per-task timings, and what the run did not record (not_known)."),
+    html_path: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML "
+                                             "page with plots (needs the 'report' extra: matplotlib)."),
+    png_dir: Optional[Path] = typer.Option(None, "--png", metavar="DIR", help="Also write each plot as DIR/NAME.png "
+                                           "(for terminals without a browser; needs the 'report' extra)."),
 ) -> None:
-    """Summarise a prepared output: counts, skips by reason, length and masking histograms."""
+    """Summarise a prepared output: counts, skips by reason, length and masking histograms; plots on request."""
     from mlm_pipeline import fs
-    from mlm_pipeline.report import render_report
+    from mlm_pipeline.report import render_report, report_data, write_report
 
     from mlm_pipeline.run.layout import manifest_url
 
@@ -336,8 +341,22 @@ def report(
         _fail(f"no manifest.json in {output} (is the run complete?)")
     except (OSError, json.JSONDecodeError) as exc:
         _fail(f"cannot read {url}: {exc}")
+    data = report_data(manifest)
+    written = []
+    if html_path is not None or png_dir is not None:
+        try:
+            written = write_report(data, html_path=html_path, png_dir=png_dir, title=f"mlm-pipeline report: {output}")
+        except ConfigError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"cannot write the report: {exc}")
     try:
-        typer.echo(json.dumps(manifest["totals"], indent=1) if as_json else render_report(manifest))
+        if as_json:
+            typer.echo(json.dumps(data, indent=1))
+            return
+        typer.echo(render_report(manifest))
+        for path in written:
+            typer.echo(f"wrote {path}")
     except BrokenPipeError:
         _stdout_gone()
 

@@ -465,11 +465,13 @@ def masked_token(vocab: ReferenceVocab, rng: random.Random) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None) -> AllDocuments:
+def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None,
+                        backend: dict | None = None) -> AllDocuments:
     with fsspec.open(path, "rb", compression="infer") as f:
         raw = f.read()
     lines = split_reference_lines(raw.decode("utf-8", errors="ignore"))
-    documents = tokenize_reference_documents(read_reference_documents(lines), tokenizer)
+    documents = tokenize_reference_documents(read_reference_documents(lines), tokenizer, where=path,
+                                             backend=backend)
     if stats is not None:
         stats.bytes_read += len(raw)
         stats.documents_read += len(documents)
@@ -508,7 +510,7 @@ def build_reference(urls: Sequence[str], ctx: ReferenceContext) -> Iterator[tupl
     )
     vocab = ReferenceVocab.from_tokenizer(ctx.tokenizer)
     for url in urls:
-        all_documents = _read_all_documents(url, ctx.tokenizer, ctx.read_stats)
+        all_documents = _read_all_documents(url, ctx.tokenizer, ctx.read_stats, ctx.tokenizer_backend)
         batch, instances = _create_training_instances(all_documents, vocab, settings)
         counts = {
             "instances": len(batch),

@@ -49,6 +49,7 @@ class CompletedTasks:
     def __init__(self, plan: Plan) -> None:
         self._index = {t.task_id: t.index for t in plan.tasks}
         self._shards: dict[int, list[dict]] = {}  # plan index -> the task's shards
+        self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
 
@@ -67,6 +68,7 @@ class CompletedTasks:
         if index in self._shards:
             return
         self._shards[index] = marker["shards"]
+        self._times[index] = task_timing(marker)
         add_counts(self._stats, marker["stats"])
         self._backends[json.dumps(marker.get("tokenizer_backend", {}), sort_keys=True)] += 1
 
@@ -80,6 +82,10 @@ class CompletedTasks:
         """Every shard, in task order (the plan's), each task's in its own order."""
         return [s for index in sorted(self._shards) for s in self._shards[index]]
 
+    def timings(self) -> list[dict]:
+        """Each task's :func:`task_timing`, in plan order (what ``report`` plots per task)."""
+        return [self._times[index] for index in sorted(self._times)]
+
     def stats(self) -> dict:
         """The tasks' stats summed; keys of nested counts (histograms, skip reasons) sorted, so the
         totals do not depend on the order tasks finished in."""
@@ -90,9 +96,18 @@ class CompletedTasks:
         return [{**json.loads(k), "tasks": n} for k, n in sorted(self._backends.items())]
 
 
+def task_timing(marker: dict) -> dict:
+    """A task's start (seconds since the epoch; None in markers of older versions), its seconds,
+    the input bytes it read, its tokens and its instances."""
+    stats = marker.get("stats", {})
+    return {"task_id": marker["task_id"], "started": marker.get("started"), "seconds": marker.get("seconds"),
+            "bytes_read": stats.get("bytes_read", 0), "tokens": stats.get("tokens", 0),
+            "instances": stats.get("instances", 0)}
+
+
 def _sorted_counts(counts: dict) -> dict:
-    def key(k: str) -> tuple:
-        return (0, int(k), "") if k.lstrip("-").isdigit() else (1, 0, k)
+    def key(k: str) -> tuple:  # (ASCII digits only: a token such as "²" is a digit to isdigit, not to int)
+        return (0, int(k), "") if k.lstrip("-").isascii() and k.lstrip("-").isdigit() else (1, 0, k)
 
     return {k: _sorted_counts(counts[k]) if isinstance(counts[k], dict) else counts[k] for k in sorted(counts, key=key)}
 
@@ -281,4 +296,4 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
 
 
 __all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",
-           "run_record", "save_plan", "start_run", "write_marker"]
+           "run_record", "save_plan", "start_run", "task_timing", "write_marker"]

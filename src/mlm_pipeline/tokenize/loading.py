@@ -142,16 +142,29 @@ class TextTokenizer:
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
         self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
+        self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.is_continuation = _continuation_table(tok)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
-        self.reference = HFEncoder(tok)
-        self.encoder, self.backend_info = _choose_backend(tok, self.reference, backend)
+        self.checked = CheckedEncoder(tok, backend)
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """sha256 of the serialised tokenizer (vocab, normaliser, lower-casing...)."""
         return hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
+
+    @property
+    def encoder(self):
+        """The backend that encodes (after any fallback)."""
+        return self.checked.encoder
+
+    @property
+    def reference(self) -> HFEncoder:
+        return self.checked.reference
+
+    @property
+    def backend_info(self) -> dict:
+        return self.checked.info
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
@@ -159,10 +172,37 @@ class TextTokenizer:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         if self._lower_in_python:
             texts = [electra_lower(t) if CAPITAL_SIGMA in t else t for t in texts]
-        return self.encoder.encode_batch(texts)
+        return self.checked.encode_batch(texts)
 
     def check_block(self, texts: list[str], where: str) -> None:
         """Compare the backend with HF on real input; on a difference use HF from now on."""
+        self.checked.check_block(texts, where)
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
+
+
+def _info(encoder) -> dict:
+    return {"backend": encoder.name, "version": encoder.version()}
+
+
+class CheckedEncoder:
+    """The fastest backend that gives HF's ids for one HF tokenizer, and the guard that keeps it so.
+
+    At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
+    HF does; ``check_block`` compares it with HF again on real input (each task's first texts).
+    On any difference HF encodes from then on, with a warning naming the text, and ``info`` (what
+    the task marker and the manifest record) says so.
+    """
+
+    def __init__(self, tok: Tokenizer, requested: str = "auto"):
+        self.reference = HFEncoder(tok)
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested)
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return self.encoder.encode_batch(texts)
+
+    def check_block(self, texts: list[str], where: str) -> None:
         if self.encoder is self.reference or not texts:
             return
         i = first_difference(texts, self.encoder, self.reference)
@@ -171,16 +211,9 @@ class TextTokenizer:
 
     def _fall_back(self, reason: str) -> None:
         log.warning("tokenizer backend %s falls back to hf: %s", self.encoder.name, reason)
-        self.backend_info = {**_info(self.reference), "requested": self.backend_info["requested"],
-                             "fallback_from": self.encoder.name, "fallback_reason": reason}
+        self.info = {**_info(self.reference), "requested": self.info["requested"],
+                     "fallback_from": self.encoder.name, "fallback_reason": reason}
         self.encoder = self.reference
-
-    def convert_ids_to_tokens(self, ids) -> list[str]:
-        return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
-
-
-def _info(encoder) -> dict:
-    return {"backend": encoder.name, "version": encoder.version()}
 
 
 def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str) -> tuple[object, dict]:
