@@ -193,6 +193,13 @@ def exists(url: str) -> bool:
     return fs.exists(path)
 
 
+def isdir(url: str) -> bool:
+    """True for a directory (or, on an object store, a prefix with objects under it)."""
+    fs, path = get_fs(url)
+    fs.invalidate_cache(path)
+    return fs.isdir(path)
+
+
 def listdir(url: str) -> list[str]:
     """Entries of a directory or prefix, listed afresh (never from a cached listing: other
     processes and machines may have added objects since)."""
@@ -212,6 +219,7 @@ __all__ = [
     "fsspec",
     "get_fs",
     "is_local",
+    "isdir",
     "join",
     "list_inputs",
     "listdir",

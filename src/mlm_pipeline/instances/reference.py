@@ -47,8 +47,8 @@ tokenizers 0.23, tokenizer already loaded), read + tokenize + build:
     whole-word, seq 512, dupe 1 (1,462 instances): 0.37-0.65 s, ~1.5-2.7 MB/s
                                                    (tokenize 0.26-0.48 s, build 0.10-0.19 s)
     (ranges over runs on a VM shared with other jobs)
-    peak RSS growth: ~21-25 MB per MB of input, mostly the HF ``Encoding`` objects of the one
-    batched tokenizer call; the built instances themselves are a few MB.
+    peak RSS growth: ~8.5 MB per MB of input (whole prepare processes: 252 MB at 10 MB,
+    421 MB at 30 MB, 994 MB at 100 MB; benchmarks/prepare_bench.py, variant ref-d1).
 
 Those figures were taken with an earlier single-loop version. Written as the script's steps (a
 call per step), building costs 10-20% more: best of 5, back to back on the same 2-core VM,

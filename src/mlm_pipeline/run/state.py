@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config
+from mlm_pipeline.config import PrepareConfig, build_config, by_content_names
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read.base import Piece
@@ -143,7 +143,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     for s in plan.skipped_files:
         log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = run_record(config, tok.fingerprint, plan)
-    check_or_start_run(config, record)
+    check_or_start_run(config, record, plan)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
         clean_tmp(config.output)
@@ -166,8 +166,10 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     }
 
 
-def check_or_start_run(config: PrepareConfig, record: dict) -> None:
-    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing what differs."""
+def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = None) -> None:
+    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing everything that
+    differs: settings, algorithm, tokenizer (by content) and input files (``plan``'s against the
+    existing ``_plan.json``)."""
     url = layout.run_url(config.output)
     try:
         existing = json.loads(fs.read_bytes(url)) if fs.exists(url) else None
@@ -182,7 +184,7 @@ def check_or_start_run(config: PrepareConfig, record: dict) -> None:
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
-    for key in sorted(set(old) | set(new)):
+    for key in sorted((set(old) | set(new)) - by_content_names()):  # a tokenizer is compared by content below
         if old.get(key) != new.get(key):
             problems.append(f"{key.replace('_', '-')}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
     if existing.get("algorithm", 1) != record["algorithm"]:
@@ -192,13 +194,38 @@ def check_or_start_run(config: PrepareConfig, record: dict) -> None:
         )
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
-    if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:
-        problems.append("the input files changed (different files or sizes) since the existing run started")
+    if existing.get("plan_fingerprint") != record["plan_fingerprint"]:
+        changed = _input_changes(config.output, plan)
+        if changed or not problems:  # else the settings listed above explain the other plan
+            problems.append("the input files changed since the existing run started"
+                            + (f": {changed}" if changed else " (different files or sizes)"))
     if problems:
         raise OutputError(
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _input_changes(output: str, plan: Plan | None, shown: int = 5) -> str:
+    """The input files added, removed or resized since ``output``'s plan was saved, in words;
+    "" when the files and sizes are the same (or the saved plan cannot be read)."""
+    try:
+        before = {f["path"]: f["bytes"] for f in json.loads(fs.read_bytes(layout.plan_url(output)))["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    now = {f["path"]: f["bytes"] for f in plan.files} if plan is not None else before
+
+    def named(paths: list[str]) -> str:
+        return ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+    parts = []
+    if added := sorted(set(now) - set(before)):
+        parts.append(f"new {named(added)}")
+    if removed := sorted(set(before) - set(now)):
+        parts.append(f"gone {named(removed)}")
+    if resized := sorted(p for p in set(now) & set(before) if now[p] != before[p]):
+        parts.append("resized " + named([f"{p} ({before[p]:,} -> {now[p]:,} bytes)" for p in resized]))
+    return "; ".join(parts)
 
 
 def save_plan(output: str, plan: Plan, inputs: list[str] | None = None) -> None:
