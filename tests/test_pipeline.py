@@ -126,7 +126,7 @@ def _cli(*args, **kw):
 
 @pytest.mark.slow
 def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
-    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KB", "--dupe-factor", "3",
+    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KiB", "--dupe-factor", "3",
             "--workers", "1", "--no-progress"]
     ref = _cli("prepare", *args, "--output", str(tmp_path / "ref"))
     assert ref.returncode == 0, ref.stderr
@@ -184,7 +184,7 @@ def test_tokens_objective_is_unmasked_and_covers_every_token(tmp_path, tok):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, workers):
-    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KB", "--dupe-factor", "3",
+    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KiB", "--dupe-factor", "3",
             "--workers", workers, "--no-progress", "--output", str(tmp_path / "o")]
     proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -65,7 +65,7 @@ def test_a_small_corpus_is_cut_in_several_tasks_by_default(ten_mb):
 
 
 def test_a_set_split_size_wins_over_auto(ten_mb):
-    plan = plan_tasks(config([ten_mb], split_bytes="4MB"))
+    plan = plan_tasks(config([ten_mb], split_bytes="4MiB"))
     assert plan.split_bytes == 4 * MIB and len(plan.tasks) == 3
     assert plan_tasks(config([ten_mb], split_bytes="auto")).split_bytes == 1 * MIB
 
