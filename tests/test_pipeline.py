@@ -52,6 +52,15 @@ def test_same_shards_with_one_and_two_workers(tmp_path):
         assert (tmp_path / "w1" / s["path"]).read_bytes() == (tmp_path / "w2" / s["path"]).read_bytes()
 
 
+def test_input_order_does_not_change_the_output(tmp_path):
+    """`prepare b a` writes the bytes of `prepare a b`: output depends on the input bytes, the
+    settings and the seed only."""
+    inputs = [str(WIKITEXT), str(SAMPLE_TEXT), str(WIKIEXTRACTOR)]
+    forward = run_prepare(config(tmp_path / "fwd", inputs=inputs))
+    backward = run_prepare(config(tmp_path / "bwd", inputs=inputs[::-1]))
+    assert shard_digests(forward) == shard_digests(backward) and len(forward["shards"]) >= 3
+
+
 def test_every_document_read_exactly_once_across_tasks(tmp_path):
     small = run_prepare(config(tmp_path / "small", split_bytes=100_000))
     whole = run_prepare(config(tmp_path / "whole", split_bytes=64 << 20))

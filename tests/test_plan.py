@@ -73,7 +73,27 @@ def test_a_set_split_size_wins_over_auto(ten_mb):
 def test_small_files_are_grouped_up_to_the_auto_size():
     plan = plan_tasks(config([SAMPLE_TEXT, WIKITEXT, WIKIEXTRACTOR]))  # 4 KB, 0.95 MiB, 0.99 MiB
     assert plan.split_bytes == 1 * MIB
-    assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKITEXT)], [str(WIKIEXTRACTOR)]]
+    # in URL order: sample_text.txt, wikiextractor-AA.txt, wikitext2-train-1MB.txt
+    assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKIEXTRACTOR)], [str(WIKITEXT)]]
+
+
+def test_tasks_follow_the_files_url_order_whatever_the_input_order(tmp_path):
+    """The plan (and so every task's id and seed) does not depend on the order inputs are named
+    in; a reference mode keeps that order, as its reference script does."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.txt").write_text("One.\nTwo.\n")
+    (tmp_path / "b.txt").write_text("Three.\nFour.\n")
+    forward = [str(SAMPLE_TEXT), str(tmp_path / "b.txt"), str(tmp_path / "sub")]
+
+    def urls(inputs, **kw):
+        plan = plan_tasks(config(inputs, split_bytes=1024, **kw))
+        return list(dict.fromkeys(p.url for t in plan.tasks for p in t.pieces)), plan.fingerprint()
+
+    expected = sorted([str(SAMPLE_TEXT), str(tmp_path / "b.txt"), str(tmp_path / "sub" / "a.txt")])
+    assert urls(forward)[0] == expected
+    assert urls(forward[::-1]) == urls(forward) == urls(forward[1:] + forward[:1])
+    assert urls(forward[::-1], reference=True)[0] == [str(tmp_path / "sub" / "a.txt"), str(tmp_path / "b.txt"),
+                                                      str(SAMPLE_TEXT)]
 
 
 def test_the_binary_check_is_the_formats(tmp_path):

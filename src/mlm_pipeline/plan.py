@@ -5,7 +5,9 @@ the registry in ``read``) and lets that format cut the file into pieces (nominal
 that its reader aligns on document boundaries, so the data is not read; whole compressed files;
 Parquet row groups); small pieces are grouped so that a task is roughly ``split_bytes`` of input
 (by default a size derived from the total input, ``auto_split_bytes``). Task ids and seeds come from the plan order alone —
-never from worker count or scheduling — so any executor reproduces the same shards.
+never from worker count or scheduling — so any executor reproduces the same shards. The plan
+order is the files' URL order, whatever order the inputs were named in (a reference mode keeps
+the order given, as its reference script does).
 """
 
 from __future__ import annotations
@@ -90,9 +92,13 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     """Tasks for the configured inputs. Raises ``InputError`` for inputs that cannot be used."""
     options = ReadOptions.from_config(config)
     listed = fs.list_inputs(config.inputs)
+    reference = get_objective(config.objective).reference if config.reference else None
+    if reference is None:
+        # output depends on the input bytes, not on the order inputs are named in: files in URL order
+        # (a reference mode keeps the order given, as the reference script reads its inputs)
+        listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
-    reference = get_objective(config.objective).reference if config.reference else None
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
     for f in usable:
