@@ -192,3 +192,32 @@ def test_a_format_splits_by_its_side_file_and_the_side_file_is_not_read_alone(in
     stats = ReadStats()
     read = [d for p in pieces for d in iter_documents(p, ReadOptions(), stats)]
     assert read == docs and stats.bytes_read == (directory / "corpus.docs").stat().st_size
+
+
+def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, caplog):
+    """`prepare corpus/*` over a folder holding the vocab and a binary file reads the text only."""
+    import logging
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(SAMPLE_TEXT, corpus / "a.txt")
+    shutil.copy(VOCAB, corpus / "vocab.txt")
+    shutil.copy(VOCAB, corpus / "tokens.txt")  # a vocabulary by its content, whatever its name
+    (corpus / "model.bin").write_bytes(bytes(range(256)) * 64)
+    words = corpus / "words.txt"  # one word per line is text: no special tokens, no ## pieces
+    words.write_text("\n".join(f"word{i}" for i in range(200)) + "\n")
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        plan = plan_tasks(config([str(corpus / "*")]))
+    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(words)]
+    reasons = {s["path"]: s["reason"] for s in plan.skipped_files}
+    assert reasons == {str(corpus / "vocab.txt"): "vocabulary", str(corpus / "tokens.txt"): "vocabulary",
+                       str(corpus / "model.bin"): "binary"}
+    assert "special tokens [CLS], [MASK], [PAD], [SEP], [UNK]" in plan.skipped_files[0]["detail"] + \
+        plan.skipped_files[1]["detail"] + plan.skipped_files[2]["detail"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for path in reasons:
+        assert any(path in w for w in warned), (path, warned)
+    # given with -t, the same file is the tokenizer; given as an input alone, nothing is left to read
+    with pytest.raises(InputError, match="vocabulary"):
+        plan_tasks(config([str(corpus / "vocab.txt")]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -25,6 +26,8 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.instances import get_objective
 from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
+
+log = logging.getLogger("mlm_pipeline")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         # (a reference mode keeps the order given, as the reference script reads its inputs)
         listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
+    for s in skipped:
+        if s["reason"] != "side_file":  # read with its main file: nothing to say
+            log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
@@ -137,8 +143,8 @@ def usable_inputs(
     urls: list[str], input_format: str, options: ReadOptions, *, sizes: dict[str, int] | None = None
 ) -> tuple[list[_Input], list[dict]]:
     """The inputs to read, and the skipped ones with their reason: ``empty_file``, ``binary``
-    (the format's binary check) or ``side_file`` (read by another input, such as a dump's
-    index). ``sizes`` (from the listing) spares a metadata request per file.
+    (the format's binary check), ``vocabulary`` (a tokenizer's vocab.txt under a text format) or
+    ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing) spares a metadata request per file.
 
     Remote inputs are sniffed ``SNIFF_THREADS`` at a time; the result, and the error raised for
     an unreadable input (the first in input order), are those of a sniff one by one.
@@ -183,6 +189,10 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         raise InputError(f"cannot read {url}: {exc}") from exc
     if reason:
         return {"path": url, "reason": "binary", "detail": reason}
+    if fmt == "text":  # a vocab.txt caught by a glob is text to every other check
+        reason = sample.vocabulary_reason()
+        if reason:
+            return {"path": url, "reason": "vocabulary", "detail": reason}
     return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options))
 
 
