@@ -174,6 +174,9 @@ class PrepareConfig(BaseModel):
         "(.xml.bz2 or .xml), one document per article. auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    sentence_split: bool = setting(
+        False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
+        "per line (WikiText, web text); a blank line still ends a document.")
     on_decode_error: DecodePolicy = setting(
         "replace", "input", "Invalid UTF-8: replace with U+FFFD (counted), skip the document (counted), "
         "or fail with file and offset.")

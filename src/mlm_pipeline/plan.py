@@ -104,6 +104,12 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     for s in skipped:
         if s["reason"] != "side_file":  # read with its main file: nothing to say
             log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
+    paragraph_files = [f for f in usable if f.paragraph_lines]
+    if paragraph_files:
+        first = paragraph_files[0]
+        log.warning("%d of %d text inputs look like a paragraph per line (%s: %s); each line is taken as one "
+                    "sentence, so most pairs would be random-next: --sentence-split splits lines into sentences",
+                    len(paragraph_files), sum(f.fmt == "text" for f in usable), first.url, first.paragraph_lines)
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
@@ -131,6 +137,7 @@ class _Input(NamedTuple):
     size: int
     fmt: str
     side_files: tuple[str, ...]
+    paragraph_lines: str | None = None  # text format: why its lines look like paragraphs
 
 
 SNIFF_THREADS = 32
@@ -189,11 +196,13 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         raise InputError(f"cannot read {url}: {exc}") from exc
     if reason:
         return {"path": url, "reason": "binary", "detail": reason}
+    paragraphs = None
     if fmt == "text":  # a vocab.txt caught by a glob is text to every other check
         reason = sample.vocabulary_reason()
         if reason:
             return {"path": url, "reason": "vocabulary", "detail": reason}
-    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options))
+        paragraphs = None if options.sentence_split else sample.paragraph_lines()
+    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs)
 
 
 def _group(pieces: list[tuple[Piece, int]], split_bytes: int, *, one_piece_per_task: bool) -> list[Task]:

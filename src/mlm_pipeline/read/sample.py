@@ -67,6 +67,11 @@ class InputSample:
         """A reason string if the head does not look like text, else None (see ``binary_reason``)."""
         return binary_reason(self.head(SNIFF_BYTES), SNIFF_BYTES)
 
+    def paragraph_lines(self) -> str | None:
+        """What shows that the file's lines are paragraphs, not sentences, else None (see
+        ``paragraph_lines``)."""
+        return paragraph_lines(self.head(SNIFF_BYTES), SNIFF_BYTES)
+
     def vocabulary_reason(self) -> str | None:
         """A reason string if the file looks like a tokenizer vocabulary, else None (see
         ``vocabulary_reason``)."""
@@ -161,3 +166,28 @@ def vocabulary_reason(head: bytes, asked: int, name: str = "") -> str | None:
     else:
         return None
     return f"looks like a tokenizer vocabulary (one token per line, {why}), not text; give it with -t"
+
+
+# a sentence end followed by more text on the same line: . ! ? (or a full-width one), closing
+# quotes or brackets, then a space (none after a full-width stop) and a non-space character
+_SENTENCE_END_INSIDE = re.compile(r"(?:[.!?][\"'”’)\]]*\s+|[。！？][”’」』）]*\s*)(?=\S)")
+
+
+def paragraph_lines(head: bytes, asked: int) -> str | None:
+    """Why the lines of ``head`` (the first ``asked`` bytes of a text file) look like paragraphs.
+
+    Google's text format has a sentence per line. When at least half of the whole non-blank
+    lines (3 at least) hold three sentences or more (two sentence ends followed by more text),
+    the file is a paragraph per line, and each paragraph would be taken as one sentence.
+    """
+    lines = head.split(b"\n")
+    if len(head) == asked:
+        lines = lines[:-1]
+    text_lines = [line.decode("utf-8", "replace").strip() for line in lines]
+    text_lines = [line for line in text_lines if line]
+    if len(text_lines) < 3:
+        return None
+    long = sum(1 for line in text_lines if len(_SENTENCE_END_INSIDE.findall(line)) >= 2)
+    if long < 0.5 * len(text_lines):
+        return None
+    return f"{long} of its first {len(text_lines)} lines hold several sentences"
