@@ -155,7 +155,8 @@ class PrepareConfig(BaseModel):
         ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
-        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, or a model directory holding either.",
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
+        "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file")
     tokenizer_backend: TokenizerBackend = setting(
         "auto", "tokenizer", "Encoder of the tokenizer: auto takes the fastest installed one that gives HF's ids "
@@ -302,7 +303,7 @@ class PrepareConfig(BaseModel):
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
             tok = data.get("tokenizer")
-            if isinstance(tok, str) and "://" not in tok:
+            if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
                 data["tokenizer"] = os.path.abspath(tok)
         return data
@@ -339,6 +340,13 @@ class PrepareConfig(BaseModel):
     def output_fingerprint(self) -> str:
         blob = json.dumps(self.output_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+def _hub_name(tokenizer: str) -> bool:
+    """A Hugging Face hub id (``bert-base-uncased``) that is not a local path: kept as given."""
+    from mlm_pipeline.tokenize.hub import looks_like_hub_name
+
+    return not os.path.exists(tokenizer) and looks_like_hub_name(tokenizer)
 
 
 @dataclass(frozen=True)
