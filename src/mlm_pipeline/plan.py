@@ -29,6 +29,9 @@ from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, ge
 
 log = logging.getLogger("mlm_pipeline")
 
+WARNED_FILES = 10
+"""Skipped inputs named in a warning each; the rest are counted in one."""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -101,9 +104,11 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         # (a reference mode keeps the order given, as the reference script reads its inputs)
         listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
-    for s in skipped:
-        if s["reason"] != "side_file":  # read with its main file: nothing to say
-            log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
+    noted = [s for s in skipped if s["reason"] != "side_file"]  # a side file is read with its main file
+    for s in noted[:WARNED_FILES]:
+        log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
+    if len(noted) > WARNED_FILES:
+        log.warning("skipping %d more inputs (listed with their reasons in the manifest)", len(noted) - WARNED_FILES)
     paragraph_files = [f for f in usable if f.paragraph_lines]
     if paragraph_files:
         first = paragraph_files[0]
@@ -151,7 +156,8 @@ def usable_inputs(
 ) -> tuple[list[_Input], list[dict]]:
     """The inputs to read, and the skipped ones with their reason: ``empty_file``, ``binary``
     (the format's binary check), ``vocabulary`` (a tokenizer's vocab.txt under a text format) or
-    ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing) spares a metadata request per file.
+    ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing)
+    spares a metadata request per file.
 
     Remote inputs are sniffed ``SNIFF_THREADS`` at a time; the result, and the error raised for
     an unreadable input (the first in input order), are those of a sniff one by one.
