@@ -43,7 +43,7 @@ def run_case(case: dict, out: Path, workers: int, *, with_manifest: bool = False
 
     config = build_config({
         "inputs": [str(p) for p in INPUTS], "output": str(out), "tokenizer": str(VOCAB),
-        "split_bytes": "256KB", "block_bytes": "128KB", "max_instances_per_shard": 2000,
+        "split_bytes": "256KiB", "block_bytes": "128KiB", "max_instances_per_shard": 2000,
         "dupe_factor": 2, "random_seed": 777, "workers": workers, "progress": False, **case, **settings,
     })
     manifest = run_prepare(config, show_progress=False)

@@ -31,17 +31,21 @@ from pydantic_core import PydanticUndefined
 
 from mlm_pipeline.errors import ConfigError
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+# one convention: SI prefixes are decimal (1 MB = 10**6 bytes, what `prepare` prints), IEC ones
+# binary (1 MiB = 2**20 bytes); a bare prefix (64M) is the SI one
+_UNITS = {"": 1, "b": 1,
+          **{f"{p}{b}": 1000 ** (i + 1) for i, p in enumerate("kmgt") for b in ("", "b")},
+          **{f"{p}i{b}": 1 << (10 * (i + 1)) for i, p in enumerate("kmgt") for b in ("", "b")}}
 
 
 def parse_size(value: int | str) -> int:
-    """``"64MB"`` -> 67108864. Sizes are binary (1 MB = 2**20 bytes), as in most data tools."""
+    """``"64MB"`` -> 64,000,000 and ``"64MiB"`` -> 67,108,864: KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB
+    binary, as their names say (case is ignored; a bare ``M`` is ``MB``)."""
     if isinstance(value, int):
         return value
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {value!r} (use e.g. 512KB, 64MB, 1GB)")
+        raise ValueError(f"not a size: {value!r} (use e.g. 512KB, 64MB, 64MiB, 1GB)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -63,7 +67,7 @@ def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (),
             by_content: bool = False, choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
     """A settings field with what the command line and config files need to offer it.
 
-    ``default``: ``...`` when required; sizes are written as a user types them ("4MB").
+    ``default``: ``...`` when required; sizes are written as a user types them ("4MiB").
     ``panel``: one of :data:`PANELS`. ``flags``: command-line spellings when they are not just
     ``--field-name`` (the first one is the main one). ``google``: the flag's name in Google's
     ``create_pretraining_data.py``, accepted as written there (``--max_seq_length=128``).
@@ -153,7 +157,8 @@ class PrepareConfig(BaseModel):
         ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
-        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, or a model directory holding either.",
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
+        "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
         "auto", "tokenizer", "Encoder: auto, the fastest installed one that gives HF's ids exactly (checked), or "
@@ -171,10 +176,13 @@ class PrepareConfig(BaseModel):
         "auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    sentence_split: bool = setting(
+        False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
+        "per line (WikiText, web text); a blank line still ends a document.")
     on_decode_error: DecodePolicy = setting(
         "replace", "input", "Invalid UTF-8: replace with U+FFFD or skip the document (both counted), or fail.")
     max_line_bytes: Size = setting(
-        "1MB", "input", "A longer line is never decoded; its document is skipped and counted.",
+        "1MiB", "input", "A longer line is never decoded; its document is skipped and counted.",
         metavar="SIZE", ge=1024)
     wiki_index: str | None = setting(
         None, "input", "Wikipedia dump: its multistream index (default: the one beside the dump, if any).",
@@ -220,10 +228,11 @@ class PrepareConfig(BaseModel):
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
         "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
-        "auto", "execution", "Input bytes per task. auto: the total input / 32, from 1MB to 64MB.",
+        "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 32, "
+        "from 1MiB to 64MiB.",
         flags=("--split-size",), metavar="SIZE", ge=1)
     block_bytes: Size = setting(
-        "4MB", "execution", "Text per processing block in a task; bounds worker memory.",
+        "4MiB", "execution", "Text per processing block in a task; bounds worker memory.",
         flags=("--block-size",), metavar="SIZE", ge=1)
     num_out_files: int | None = setting(
         None, "output", "Write N files as ELECTRA names them (pretrain_tfrecords/pretrain_data.tfrecord-I-of-N, "
@@ -293,7 +302,7 @@ class PrepareConfig(BaseModel):
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
             tok = data.get("tokenizer")
-            if isinstance(tok, str) and "://" not in tok:
+            if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
                 data["tokenizer"] = os.path.abspath(tok)
         return data
@@ -335,6 +344,13 @@ class PrepareConfig(BaseModel):
     def output_fingerprint(self) -> str:
         blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+def _hub_name(tokenizer: str) -> bool:
+    """A Hugging Face hub id (``bert-base-uncased``) that is not a local path: kept as given."""
+    from mlm_pipeline.tokenize.hub import looks_like_hub_name
+
+    return not os.path.exists(tokenizer) and looks_like_hub_name(tokenizer)
 
 
 @dataclass(frozen=True)

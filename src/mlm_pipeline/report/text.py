@@ -125,4 +125,22 @@ def render_report(manifest: dict) -> str:
     ]
     if manifest.get("masking") != "none":
         lines += ["", "masked positions per instance", *_hist_lines(t.get("masked_per_instance_histogram", {}))]
+    lines += _random_next_warning(manifest)
     return "\n".join(lines)
+
+
+RANDOM_NEXT_WARNING_SHARE = 0.70
+
+
+def _random_next_warning(manifest: dict) -> list[str]:
+    """A flag when far more than half of the NSP pairs are random-next (Google's algorithm gives
+    about half on documents of several sentences): the sign of one-sentence documents, such as a
+    paragraph per line read as a sentence per line."""
+    t = manifest["totals"]
+    inst, random_next = t.get("instances", 0), t.get("random_next")
+    if "single_segment" in t or not inst or random_next is None or random_next / inst <= RANDOM_NEXT_WARNING_SHARE:
+        return []
+    hint = ("" if manifest.get("config", {}).get("sentence_split") else
+            "; for text with a paragraph per line, --sentence-split splits lines into sentences")
+    return ["", f"warning: {random_next / inst:.1%} of the pairs are random-next (over "
+                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most documents have a single sentence{hint}"]

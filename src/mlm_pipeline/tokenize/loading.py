@@ -1,7 +1,7 @@
 """Tokenizer loading and batched encoding to flat numpy arrays (HF ``tokenizers``, Rust).
 
-Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, or a local Hugging
-Face model directory holding either. Truncation and padding stored in a ``tokenizer.json`` are
+Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, a local Hugging
+Face model directory holding either, or a hub model name (``bert-base-uncased``: see ``hub.py``). Truncation and padding stored in a ``tokenizer.json`` are
 switched off: instance building decides lengths, not the tokenizer.
 
 Two flavors of text normalization: ``bert`` (HF's ``BertNormalizer`` and ``BertPreTokenizer``, as
@@ -25,6 +25,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.errors import ConfigError, TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
+from mlm_pipeline.tokenize.hub import hub_tokenizer_dir, looks_like_hub_name
 from mlm_pipeline.tokenize.electra import (
     CAPITAL_SIGMA,
     TOKENIZER_FLAVORS,
@@ -49,6 +50,8 @@ _SPECIALS = {
 def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Tokenizer, str]:
     p = Path(path)
     if not p.exists():
+        if looks_like_hub_name(path):  # bert-base-uncased: from the HF cache, or the hub
+            return _resolve(hub_tokenizer_dir(path), do_lower_case, flavor)
         raise TokenizerError(f"tokenizer path does not exist: {path}")
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
