@@ -134,13 +134,18 @@ _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_
 
 
 class ParquetRows:
-    """Rows ``[start, stop)`` of one Parquet shard: only the row groups that overlap are read."""
+    """Rows ``[start, stop)`` of one Parquet shard: only the row groups that overlap are read.
+
+    The last row group read is kept, so ranges that walk through a shard in small steps (an
+    interleaved loader epoch) read each row group once.
+    """
 
     def __init__(self, url: str):
         self._url = url
         self._file = None
         self._parquet: pq.ParquetFile | None = None
         self._row_group_starts: np.ndarray | None = None
+        self._kept: tuple[int, object] | None = None  # (row group, its table)
 
     def read(self, start: int, stop: int) -> InstanceBatch:
         if self._parquet is None:
@@ -154,13 +159,20 @@ class ParquetRows:
             raise ValueError(f"{self._url}: has {int(offs[-1])} rows, rows up to {stop} requested (manifest out of date?)")
         first = int(np.searchsorted(offs, start, side="right") - 1)
         last = int(np.searchsorted(offs, stop, side="left"))
-        table = self._parquet.read_row_groups(list(range(first, last)), columns=_BATCH_COLUMNS)
+        tables, todo = [], first
+        if self._kept is not None and self._kept[0] == first:
+            tables.append(self._kept[1])
+            todo += 1
+        if todo < last:
+            tables.append(self._parquet.read_row_groups(list(range(todo, last)), columns=_BATCH_COLUMNS))
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        self._kept = (last - 1, table.slice(int(offs[last - 1] - offs[first])))
         return table_to_batch(table.slice(start - int(offs[first]), stop - start))
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-        self._file = self._parquet = self._row_group_starts = None
+        self._file = self._parquet = self._row_group_starts = self._kept = None
 
 
 FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows)

@@ -1,19 +1,21 @@
 """Which samples a rank and its workers emit in an epoch, in which order, and where a resume starts.
 
-The order of one epoch, in four steps (all pure functions of the shard counts, ``seed``,
+The order of one epoch, in four steps (all pure functions of the shard counts, the mix, ``seed``,
 ``epoch`` and ``world_size``; never of the worker count, the machine or timing):
 
-1. **Shards.** The manifest's shards, permuted by ``(seed, epoch)`` when ``shuffle``. Their
-   instances concatenated in that order form the epoch's *stream* of ``N`` positions.
+1. **Stream.** The epoch's *stream* of ``N`` positions, each a row of a shard
+   (:mod:`.stream`): the rows each source contributes (all of them, or its weighted share), in
+   pieces permuted by ``(seed, epoch)`` and interleaved in groups of ``interleave`` pieces, so that
+   any stretch of a window's length holds rows of every piece of its group.
 2. **Ranks.** Rank ``r`` of ``R`` owns the contiguous stream slice ``[a_r, a_r + n_r)`` with
-   ``n_r = N // R + (r < N % R)``: every instance goes to exactly one rank, none is dropped or
+   ``n_r = N // R + (r < N % R)``: every position goes to exactly one rank, none is dropped or
    repeated, and rank sizes differ by at most one. With ``pad_ranks=True`` the shorter ranks get
    one extra *padding* sample (a copy of the stream's next instance, ``weight`` 0, no labels), so
    every rank has ``ceil(N / R)`` samples and, for equal ``num_workers`` and ``batch_size``, the
    same number of batches (what DDP needs to keep its collectives in step).
 3. **Windows.** A rank's slice is cut into windows of ``shuffle_buffer`` consecutive samples (the
-   last one shorter). A window is read (only the row groups / records it covers) and emitted in
-   a random order drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
+   last one shorter). A window is read (only the rows it covers) and emitted in a random order
+   drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
 4. **Workers.** The windows still to read are split into ``num_workers`` contiguous runs, balanced
    by sample count. Each DataLoader worker reads only its run; the DataLoader interleaves the
    workers' batches round robin (skipping exhausted workers), which is deterministic.
@@ -41,6 +43,8 @@ from typing import Sequence
 
 import numpy as np
 
+from mlm_pipeline.torch.stream import EpochStream
+
 __all__ = [
     "STATE_VERSION",
     "RankPlan",
@@ -55,9 +59,9 @@ __all__ = [
     "replay",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: interleaved streams and mixing (version 1 states ordered epochs otherwise)
 Segment = tuple[int, int, int]  # (num_workers, batch_size, batches) consumed from one DataLoader pass
-_SHARD_STREAM, _WINDOW_STREAM = 1, 2
+_WINDOW_STREAM = 2
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -71,9 +75,7 @@ class RankPlan:
     seed: int
     epoch: int
     shuffle: bool
-    shard_starts: np.ndarray  # [S + 1] manifest index where each shard (manifest order) starts
-    order: np.ndarray  # shard indices in stream order
-    stream_starts: np.ndarray  # [S + 1] stream position where each (ordered) shard starts
+    stream: EpochStream  # which shard row stands at each stream position
     total: int  # N
     start: int  # a_r
     real: int  # n_r: real samples of this rank
@@ -98,40 +100,34 @@ class RankPlan:
         """What window ``w`` (of ``size`` samples) reads: its rows and what they are.
 
         Returns the runs of consecutive rows to read, in stream order, as ``(shard, row start,
-        row stop)`` (shard numbers in manifest order), then each sample's manifest index and its
-        weight (0 for a padding sample, which repeats the stream's next instance).
+        row stop)`` (global shard numbers: the sources' shards in manifest order, concatenated),
+        then each sample's global index and its weight (0 for a padding sample, which repeats the
+        stream's next instance).
         """
         j = np.arange(w * self.window, w * self.window + size, dtype=np.int64)
         g = (self.start + j) % max(self.total, 1)
-        slot = np.searchsorted(self.stream_starts, g, side="right") - 1
-        row = g - self.stream_starts[slot]
-        breaks = np.flatnonzero((slot[1:] != slot[:-1]) | (row[1:] != row[:-1] + 1)) + 1
+        shard, row = self.stream.locate(g)
+        breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (row[1:] != row[:-1] + 1)) + 1
         pieces = [
-            (int(self.order[slot[a]]), int(row[a]), int(row[a]) + int(b - a))
+            (int(shard[a]), int(row[a]), int(row[a]) + int(b - a))
             for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [size]]))
         ]
-        index = self.shard_starts[self.order[slot]] + row
+        index = self.stream.global_index(shard, row)
         weight = (j < self.real).astype(np.float32)
         return pieces, index, weight
 
 
-def plan_rank(counts: np.ndarray, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
+def plan_rank(stream: EpochStream, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
               pad_ranks: bool, window: int) -> RankPlan:
-    """The plan of ``rank`` for ``epoch`` over shards of ``counts`` instances (manifest order)."""
+    """The plan of ``rank`` for ``epoch`` over the epoch's ``stream``."""
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
-    counts = np.asarray(counts, dtype=np.int64)
-    order = np.arange(len(counts))
-    if shuffle and len(counts):
-        order = _rng(seed, epoch, _SHARD_STREAM).permutation(len(counts))
-    stream_starts = np.concatenate([[0], np.cumsum(counts[order])])
-    n = int(stream_starts[-1])
+    n = stream.total
     q, extra = divmod(n, world_size)
     real = q + (rank < extra)
     length = (q + (extra > 0)) if (pad_ranks and n) else real
-    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, shard_starts=np.concatenate([[0], np.cumsum(counts)]),
-                    order=order, stream_starts=stream_starts, total=n, start=rank * q + min(rank, extra),
-                    real=real, length=length, window=window)
+    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, stream=stream, total=n,
+                    start=rank * q + min(rank, extra), real=real, length=length, window=window)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +250,13 @@ def read_state(state: dict, settings: dict) -> tuple[int, list[Segment]]:
 
     ``ValueError`` if it is not such a state or was made for other data or settings.
     """
+    if isinstance(state, dict) and isinstance(state.get("version"), int) and "consumed" in state \
+            and state["version"] < STATE_VERSION:
+        raise ValueError(
+            f"cannot resume: this state was saved by an older loader (state version {state['version']}, now "
+            f"{STATE_VERSION}) whose epochs were ordered otherwise; its position does not apply to this loader's "
+            "order. Start the epoch afresh (set_epoch) or finish it with the older version."
+        )
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise ValueError(f"not an MLMDataset state (version {STATE_VERSION}): {state!r:.200}")
     wrong = [f"{k}: saved {state.get(k)!r}, now {v!r}" for k, v in settings.items() if state.get(k) != v]
