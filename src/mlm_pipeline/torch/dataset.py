@@ -24,6 +24,7 @@ from mlm_pipeline.torch.epoch_plan import (
     Segment,
     balanced_runs,
     count_batches,
+    length_bins as length_bins_of,
     make_state,
     plan_rank,
     read_state,
@@ -81,6 +82,10 @@ class MLMDataset(IterableDataset):
             worker keeps open (for Parquet, with its last row group decoded).
         rank, world_size: default from ``torch.distributed`` when initialised, else 0 and 1.
         pad_ranks: give shorter ranks one padding sample so all ranks have equal length (DDP).
+        length_bins: group each window into batches of one length bin: ``n`` equal bins up to
+            the output's ``max_seq_length``, or a list of upper bounds. Needs ``bin_batch_size``,
+            the loader's batch size, which must divide ``shuffle_buffer``. Pad with the
+            collator's ``pad_to_multiple_of=8``.
 
     A sample is a dict of numpy arrays and ints: ``input_ids`` (int32), ``token_type_ids``
     (int8), ``masked_lm_positions`` / ``masked_lm_ids`` (int32, empty for unmasked data),
@@ -103,6 +108,8 @@ class MLMDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         pad_ranks: bool = False,
+        length_bins: int | Sequence[int] | None = None,
+        bin_batch_size: int | None = None,
     ):
         super().__init__()
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
@@ -126,6 +133,15 @@ class MLMDataset(IterableDataset):
         self.interleave = interleave
         self._counts = [p.shard_counts for p in self.sources]
         self._source_starts = np.cumsum([0] + [int(c.sum()) for c in self._counts])
+        self.bins = None
+        if length_bins is not None:
+            self.bins = length_bins_of(length_bins, max(p.max_seq_length or 0 for p in self.sources) or None)
+            if not isinstance(bin_batch_size, int) or bin_batch_size < 1 or shuffle_buffer % bin_batch_size:
+                raise ValueError(f"length_bins need bin_batch_size, the loader's batch size, dividing shuffle_buffer "
+                                 f"({shuffle_buffer}); got {bin_batch_size!r}")
+        elif bin_batch_size is not None:
+            raise ValueError("bin_batch_size is only for length_bins")
+        self.bin_batch_size = bin_batch_size if self.bins else None
         self.mix = mix_counts([int(c.sum()) for c in self._counts], self.weights, samples_per_epoch)
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -156,15 +172,16 @@ class MLMDataset(IterableDataset):
     def stream(self, epoch: int | None = None) -> EpochStream:
         """The stream of ``epoch`` (default: the current one), before it is split over ranks."""
         return epoch_stream(self._counts, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                            shuffle=self.shuffle, interleave=self.interleave, round_size=self.shuffle_buffer,
+                            shuffle=self.shuffle, interleave=self.interleave, round_size=max(1, self.shuffle_buffer // 4),
                             weights=self.weights, samples_per_epoch=self.samples_per_epoch)
 
     def plan(self, epoch: int | None = None) -> RankPlan:
         """This rank's plan of ``epoch`` (default: the current one)."""
         rank, world = _resolve_rank(self._rank, self._world_size)
         epoch = self.epoch if epoch is None else epoch
-        return plan_rank(self.stream(epoch), seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank, world_size=world, pad_ranks=self.pad_ranks,
-                         window=self.shuffle_buffer)
+        return plan_rank(self.stream(epoch), seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
+                         world_size=world, pad_ranks=self.pad_ranks, window=self.shuffle_buffer,
+                         bins=self.bins, bin_batch=self.bin_batch_size or 0)
 
     def _runs(self, workers: int) -> tuple[RankPlan, np.ndarray, list[np.ndarray]]:
         """The plan, samples left per window and each worker's windows for the rest of the epoch."""
@@ -242,6 +259,7 @@ class MLMDataset(IterableDataset):
             "mix": {"weights": self.weights, "samples_per_epoch": self.samples_per_epoch,
                     "per_epoch": self.mix.tolist()},
             "pad_ranks": self.pad_ranks,
+            "length_bins": None if self.bins is None else [list(self.bins), self.bin_batch_size],
             "world_size": self.world_size,
         }
 
@@ -281,10 +299,20 @@ class MLMDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is None:
+            return self._iterate(0, 1, in_process=True)
+        return self._iterate(info.id, info.num_workers, in_process=False)
+
+    def iter_worker(self, worker: int, num_workers: int) -> Iterator[dict]:
+        """The samples DataLoader worker ``worker`` of ``num_workers`` emits from the recorded
+        position (what a benchmark or a custom loader needs; the position does not move)."""
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker must be in [0, {num_workers}), got {worker}")
+        return self._iterate(worker, num_workers, in_process=False)
+
+    def _iterate(self, worker: int, workers: int, *, in_process: bool) -> Iterator[dict]:
         plan, remaining, runs = self._runs(workers)
         sizes = plan.window_sizes
-        in_process = info is None
         if in_process:
             self._yielded, self._finished = 0, False
         reader = ShardRowReader(self.sources, max_open=self.interleave)
@@ -292,7 +320,8 @@ class MLMDataset(IterableDataset):
             for w in runs[worker].tolist():
                 size = int(sizes[w])
                 batch, index, weight = self._read_window(plan, w, size, reader)
-                for k in plan.window_order(w, size)[size - int(remaining[w]):].tolist():
+                lengths = np.diff(batch.offsets) if plan.bins else None
+                for k in plan.window_order(w, size, lengths)[size - int(remaining[w]):].tolist():
                     if in_process:
                         self._yielded += 1
                     yield self._sample(batch, k, int(index[k]), float(weight[k]))

@@ -51,7 +51,9 @@ __all__ = [
     "Schedule",
     "Segment",
     "balanced_runs",
+    "binned_order",
     "count_batches",
+    "length_bins",
     "make_state",
     "plan_rank",
     "read_state",
@@ -61,7 +63,7 @@ __all__ = [
 
 STATE_VERSION = 2  # 2: interleaved streams and mixing (version 1 states ordered epochs otherwise)
 Segment = tuple[int, int, int]  # (num_workers, batch_size, batches) consumed from one DataLoader pass
-_WINDOW_STREAM = 2
+_WINDOW_STREAM, _BIN_STREAM = 2, 5
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -90,11 +92,25 @@ class RankPlan:
             sizes[-1] = self.length - (n - 1) * self.window
         return sizes
 
-    def window_order(self, w: int, size: int) -> np.ndarray:
-        """Positions ``0..size-1`` of window ``w`` in the order it emits them."""
+    bins: tuple[int, ...] | None = None  # length bins' upper bounds (inclusive), ascending
+    bin_batch: int = 0  # batch size the bins are cut for (divides ``window``)
+
+    def window_order(self, w: int, size: int, lengths: np.ndarray | None = None) -> np.ndarray:
+        """Positions ``0..size-1`` of window ``w`` in the order it emits them.
+
+        With length bins, ``lengths`` (the window's sample lengths, stream order) group the
+        shuffled window into batches of one bin each (:func:`binned_order`).
+        """
         if not self.shuffle:
-            return np.arange(size)
-        return _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
+            order = np.arange(size)
+        else:
+            order = _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
+        if self.bins is None:
+            return order
+        if lengths is None:
+            raise ValueError("a binned window's order needs its sample lengths")
+        return binned_order(order, np.asarray(lengths), self.bins, self.bin_batch,
+                            _rng(self.seed, self.epoch, _BIN_STREAM, w))
 
     def window_rows(self, w: int, size: int) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
         """What window ``w`` (of ``size`` samples) reads: its rows and what they are.
@@ -117,8 +133,56 @@ class RankPlan:
         return pieces, index, weight
 
 
+def binned_order(order: np.ndarray, lengths: np.ndarray, bins: Sequence[int], batch: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``order`` (a window's shuffled positions) regrouped into batches of one length bin.
+
+    Each bin's samples, in ``order``, are cut into full batches of ``batch``. The batches are
+    emitted one at a time, the bin of each drawn with probability proportional to the samples
+    the bin still has (LDDL's rule); the draws come from ``rng``, which is the same on every
+    rank for the same window number, so ranks whose bins hold similar shares pick the same bin
+    (inverse-CDF coupling). What is left of each bin (under ``batch`` samples) follows, sorted
+    by length, so those few batches hold neighbouring lengths. The result is a permutation of
+    ``order``; it depends on the window's data, never on the worker count.
+    """
+    b = np.searchsorted(np.asarray(bins), lengths[order], side="left")
+    full: list[list[np.ndarray]] = []
+    rest = []
+    for k in range(len(bins) + 1):
+        members = order[b == k]
+        n = len(members) // batch * batch
+        full.append(list(members[:n].reshape(-1, batch)))
+        rest.append(members[n:])
+    left = np.array([len(f) for f in full], dtype=np.float64)
+    out, taken = [], [0] * len(full)
+    for u in rng.random(int(left.sum())):
+        cdf = np.cumsum(left) / left.sum()
+        k = min(int(np.searchsorted(cdf, u, side="right")), len(full) - 1)
+        while left[k] == 0:  # float edge: step back to a bin that has batches
+            k -= 1
+        out.append(full[k][taken[k]])
+        taken[k] += 1
+        left[k] -= 1
+    tail = np.concatenate(rest) if rest else np.zeros(0, np.int64)
+    tail = tail[np.argsort(lengths[tail], kind="stable")]
+    return np.concatenate(out + [tail]).astype(np.int64) if out else tail.astype(np.int64)
+
+
+def length_bins(bins: int | Sequence[int], max_length: int | None) -> tuple[int, ...]:
+    """Upper bounds of length bins: ``n`` equal bins up to ``max_length`` (multiples of 8), or as given."""
+    if isinstance(bins, int) and not isinstance(bins, bool):
+        if bins < 1 or not max_length:
+            raise ValueError(f"length_bins={bins} needs bins >= 1 and the output's max_seq_length")
+        edges = sorted({min(max_length, -(-max_length * (i + 1) // bins // 8) * 8) for i in range(bins)})
+        return tuple(int(e) for e in edges)
+    edges = [int(e) for e in bins]
+    if not edges or edges != sorted(set(edges)) or edges[0] < 1:
+        raise ValueError(f"length_bins must be an int or increasing positive upper bounds, got {bins!r}")
+    return tuple(edges)
+
+
 def plan_rank(stream: EpochStream, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
-              pad_ranks: bool, window: int) -> RankPlan:
+              pad_ranks: bool, window: int, bins: tuple[int, ...] | None = None, bin_batch: int = 0) -> RankPlan:
     """The plan of ``rank`` for ``epoch`` over the epoch's ``stream``."""
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
@@ -127,7 +191,8 @@ def plan_rank(stream: EpochStream, *, seed: int, epoch: int, shuffle: bool, rank
     real = q + (rank < extra)
     length = (q + (extra > 0)) if (pad_ranks and n) else real
     return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, stream=stream, total=n,
-                    start=rank * q + min(rank, extra), real=real, length=length, window=window)
+                    start=rank * q + min(rank, extra), real=real, length=length, window=window,
+                    bins=bins, bin_batch=bin_batch)
 
 
 # --------------------------------------------------------------------------------------------
