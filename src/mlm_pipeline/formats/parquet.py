@@ -11,6 +11,8 @@ on the calling thread.
 
 from __future__ import annotations
 
+import io
+import struct
 from typing import BinaryIO
 
 import numpy as np
@@ -133,6 +135,21 @@ def read_parquet(url: str) -> InstanceBatch:
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
 
 
+def _footer(f) -> pq.FileMetaData:
+    """The metadata of the Parquet file ``f``, reading just its footer.
+
+    Arrow reads the last 64 KiB to find it, which for a shard of a few hundred KiB is a sizeable
+    share of the file read twice; the footer itself is usually a few KiB.
+    """
+    f.seek(-8, 2)
+    tail = f.read(8)
+    length = struct.unpack("<I", tail[:4])[0]
+    if tail[4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no PAR1 at its end)")
+    f.seek(-(8 + length), 2)
+    return pq.read_metadata(io.BytesIO(b"PAR1" + f.read(length) + tail))
+
+
 class ParquetRows:
     """Rows ``[start, stop)`` of one Parquet shard: only the row groups that overlap are read.
 
@@ -150,7 +167,7 @@ class ParquetRows:
     def read(self, start: int, stop: int) -> InstanceBatch:
         if self._parquet is None:
             self._file = fs.open_url(self._url, "rb")
-            self._parquet = pq.ParquetFile(self._file)
+            self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file))
             meta = self._parquet.metadata
             counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
             self._row_group_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
