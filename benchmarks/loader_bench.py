@@ -12,8 +12,10 @@ given geometry iterates its share in a forked process, as a DataLoader worker wo
   bytes, for the whole epoch;
 - peak RSS of each worker (``VmHWM``; a forked worker shares its parent's pages, counted here);
 - padding waste (padding tokens over tokens in batches, each batch padded to its longest
-  rounded up to a multiple of 8), and with length bins how often the ranks' k-th batches come
-  from the same bin.
+  rounded up to a multiple of 8);
+- with several ranks: the mean spread (max - min) of the padded widths of the ranks' k-th
+  batches (worker 0 of each), which DDP steps together, and with length bins how often those
+  batches come from the same bin.
 
     python benchmarks/loader_bench.py OUT [OUT ...] [--weights 0.3,0.7] --batch-size 256 \\
         --workers 2 --world-size 1 --shuffle-buffer 10240 [--interleave 128] [--length-bins 8]
@@ -145,11 +147,18 @@ def run(args) -> dict:
         "padding_waste": padding_waste(seqs, B),
         "seconds": round(seconds, 2),
     }
-    if ds.bins and args.world_size > 1:
-        bin_of = [np.searchsorted(ds.bins, [int(b.max()) for b in np.array_split(s, range(B, len(s), B))])
-                  for s in (results[(r, 0)]["length"] for r in range(args.world_size))]
-        n = min(len(b) for b in bin_of)
-        report["same_bin_across_ranks"] = float(np.mean([len({int(b[k]) for b in bin_of}) == 1 for k in range(n)]))
+    if args.world_size > 1:  # the k-th batches of the ranks' worker 0 (DDP steps them together)
+        widths, bins_of = [], []
+        for r in range(args.world_size):
+            seq = results[(r, 0)]["length"]
+            longest = np.array([int(seq[a:a + B].max()) for a in range(0, len(seq), B)])
+            widths.append(-(-longest // 8) * 8)
+            bins_of.append(np.searchsorted(ds.bins, longest) if ds.bins else None)
+        n = min(len(w) for w in widths)
+        spread = np.max([w[:n] for w in widths], axis=0) - np.min([w[:n] for w in widths], axis=0)
+        report["padded_width_spread_across_ranks"] = float(spread.mean())
+        if ds.bins:
+            report["same_bin_across_ranks"] = float(np.mean([len({int(b[k]) for b in bins_of}) == 1 for k in range(n)]))
     return report
 
 

@@ -256,3 +256,35 @@ def test_binning_arguments(parquet_out):
     ds = MLMDataset(parquet_out, length_bins=[40, 128], bin_batch_size=10, shuffle_buffer=100)
     with pytest.raises(ValueError, match="same batch size"):
         MLMDataLoader(ds, batch_size=20, collate_fn=ds.collator())
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def test_loader_bench_reports_what_it_measures(parquet_out, tmp_path):
+    """benchmarks/loader_bench.py on the fixture: it counts the whole epoch once, and its
+    figures say what the loader does (interleaved batches; binning cuts the padding)."""
+    import subprocess
+    import sys
+
+    from loader.loader_helpers import REPO
+
+    def bench(*extra):
+        out = tmp_path / f"bench{len(extra)}.json"
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "loader_bench.py"), parquet_out, "--batch-size", "32",
+             "--shuffle-buffer", "256", "--workers", "2", "--world-size", "2", "--json", str(out), *extra],
+            capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(out.read_text())
+
+    plain, binned = bench(), bench("--length-bins", "8")
+    total = load_prepared(parquet_out).total
+    for r in (plain, binned):
+        assert r["samples"] == total and r["tasks"] == 5  # 1 MB in tasks of 200 KB
+        assert r["distinct_ratio"] >= 0.9
+        assert r["read_amplification"] >= 1.0 and len(r["peak_rss_mib_per_worker"]) == 4
+        assert r["mean_abs_position_diff"] > 0.8 * r["global_expectation_position_diff"]
+    assert binned["padding_waste"] < plain["padding_waste"] / 2
+    assert 0 <= binned["same_bin_across_ranks"] <= 1
