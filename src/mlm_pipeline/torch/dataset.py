@@ -123,7 +123,8 @@ class MLMDataset(IterableDataset):
         if not isinstance(interleave, int) or interleave < 1:
             raise ValueError(f"interleave must be a positive int, got {interleave!r}")
         many = isinstance(source, (list, tuple))
-        self.sources = [s if isinstance(s, PreparedOutput) else load_prepared(s) for s in (source if many else [source])]
+        given = list(source) if many else [source]
+        self.sources = [s if isinstance(s, PreparedOutput) else load_prepared(s) for s in given]
         if not self.sources:
             raise ValueError("no source given")
         _check_compatible(self.sources)
@@ -171,8 +172,10 @@ class MLMDataset(IterableDataset):
 
     def stream(self, epoch: int | None = None) -> EpochStream:
         """The stream of ``epoch`` (default: the current one), before it is split over ranks."""
+        # rounds of a quarter window: any window holds whole rounds, so every shard of its group
         return epoch_stream(self._counts, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                            shuffle=self.shuffle, interleave=self.interleave, round_size=max(1, self.shuffle_buffer // 4),
+                            shuffle=self.shuffle, interleave=self.interleave,
+                            round_size=max(1, self.shuffle_buffer // 4),
                             weights=self.weights, samples_per_epoch=self.samples_per_epoch)
 
     def plan(self, epoch: int | None = None) -> RankPlan:
