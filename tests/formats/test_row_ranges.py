@@ -68,3 +68,38 @@ def test_skip_records_reads_headers_only_and_stops_at_the_end():
     f.seek(0)
     assert skip_records(f, 9) == 5 and f.read() == b""
     assert len(features_to_batch(decode_records([]))) == 0
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/io"), reason="needs /proc/self/io (Linux)")
+@pytest.mark.parametrize("name", ["tfrecord", "parquet"])
+def test_small_steps_from_the_middle_read_about_the_rest_once(name, tmp_path):
+    """A loader worker's access: start inside a shard, go on in small steps. It reads about what
+    is left of the shard once (TFRecord: skipped by headers; Parquet: from the row group holding
+    the start, each row group once, and the footer, not Arrow's 64 KiB tail)."""
+    import os
+
+    fmt = get_output_format(name)
+    blocks = [_batch(np.random.default_rng(seed), 200) for seed in range(10)]
+    whole = InstanceBatch.concat(blocks)
+    path = tmp_path / f"shard{fmt.extension}"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:  # Parquet: 10 row groups of 200 rows
+            writer.write(block)
+        writer.close()
+    size = os.path.getsize(path)
+    warm = fmt.rows(str(path))  # imports done outside the count (they read files too)
+    warm.read(0, 1)
+    warm.close()
+    rows = fmt.rows(str(path))
+    before = _rchar()
+    got = [rows.read(a, min(a + 7, 2000)) for a in range(1000, 2000, 7)]
+    read = _rchar() - before
+    rows.close()
+    _assert_rows(InstanceBatch.concat(got), whole.slice(1000, 2000))
+    assert read < 0.56 * size, (read, size)  # the second half, and little more
