@@ -246,6 +246,21 @@ def test_binned_resume_gives_the_same_remaining_sequence(parquet_out, workers):
     _assert_same_batches(head + run(resumed), full)
 
 
+def test_mixing_and_binning_together_over_ranks_and_workers(two):
+    """Both at once, 2 ranks x 2 workers, resumed mid-epoch with other workers: exact mix, once each."""
+    n = load_prepared(two[0]).total
+    kw = dict(weights=[0.6, 0.4], batch_size=32, shuffle_buffer=256, length_bins=4, bin_batch_size=32)
+    got = []
+    for rank in range(2):
+        dl = make_loader(two, rank=rank, world=2, workers=2, **kw)
+        got += indices(run(dl, 5))
+        rest = make_loader(two, rank=rank, world=2, workers=1, **kw)
+        rest.load_state_dict(dl.state_dict())
+        got += indices(run(rest))
+    assert len(got) == len(set(got))
+    assert [sum(1 for i in got if i < n), sum(1 for i in got if i >= n)] == mix_counts([n, n], [0.6, 0.4], None).tolist()
+
+
 def test_binning_arguments(parquet_out):
     with pytest.raises(ValueError, match="bin_batch_size"):
         MLMDataset(parquet_out, length_bins=4)
