@@ -146,6 +146,7 @@ def run(args) -> dict:
         "peak_rss_mib_per_worker": [round(results[k]["hwm_kib"] / 1024, 1) for k in jobs],
         "padding_waste": padding_waste(seqs, B),
         "seconds": round(seconds, 2),
+        "samples_per_second": round(total / seconds) if seconds else None,  # reading only, no collation
     }
     if args.world_size > 1:  # the k-th batches of the ranks' worker 0 (DDP steps them together)
         widths, bins_of = [], []

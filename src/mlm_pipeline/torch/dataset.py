@@ -335,10 +335,33 @@ class MLMDataset(IterableDataset):
 
     @staticmethod
     def _read_window(plan: RankPlan, w: int, size: int, reader: ShardRowReader):
-        """The window's rows (stream order), their manifest indices and weights."""
+        """The window's rows (stream order), their global indices and weights.
+
+        An interleaved window holds a slice of each shard per round; consecutive rounds' slices of
+        a shard are contiguous rows, so they are read as one range (one read per shard and
+        window, not per round) and put back in stream order.
+        """
         pieces, index, weight = plan.window_rows(w, size)
-        batches = [reader.read(shard, start, stop) for shard, start, stop in pieces]
-        return (InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]), index, weight
+        if len(pieces) == 1:
+            return reader.read(*pieces[0]), index, weight
+        ranges: list[list[int]] = []  # merged [shard, start, stop, first piece], by shard and row
+        where = {}  # piece number -> (range number, offset in the range)
+        for p in sorted(range(len(pieces)), key=lambda p: pieces[p]):
+            shard, start, stop = pieces[p]
+            if ranges and ranges[-1][0] == shard and ranges[-1][2] == start:
+                ranges[-1][2] = stop
+                ranges[-1][3] = min(ranges[-1][3], p)
+            else:
+                ranges.append([shard, start, stop, p])
+            where[p] = (len(ranges) - 1, start - ranges[-1][1])
+        order = sorted(range(len(ranges)), key=lambda r: ranges[r][3])  # read in stream order
+        batches = [reader.read(*ranges[r][:3]) for r in order]
+        base = np.zeros(len(ranges), dtype=np.int64)
+        base[order] = np.cumsum([0] + [len(b) for b in batches])[:-1]
+        rows = np.concatenate([np.arange(n) + base[where[p][0]] + where[p][1]
+                               for p, n in enumerate(stop - start for _, start, stop in pieces)])
+        merged = InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]
+        return merged.take(rows), index, weight
 
     def _sample(self, batch: InstanceBatch, k: int, index: int, weight: float) -> dict:
         s, e = batch.offsets[k], batch.offsets[k + 1]
