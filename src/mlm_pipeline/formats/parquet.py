@@ -177,7 +177,8 @@ class ParquetRows:
 
     def _open(self) -> None:
         self._file = fs.open_url(self._url, "rb")
-        self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file), buffer_size=self.BUFFER_BYTES)
+        self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file), buffer_size=self.BUFFER_BYTES,
+                                         pre_buffer=False)
         meta = self._parquet.metadata
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self._row_group_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
