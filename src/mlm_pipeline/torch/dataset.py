@@ -151,6 +151,7 @@ class MLMDataset(IterableDataset):
         self._rank = rank
         self._world_size = world_size
         self.epoch = 0
+        self._stream_cache: tuple[int, EpochStream] | None = None  # the latest epoch's stream
         self._segments: list[Segment] = []  # the position in the epoch
         self._yielded = 0  # samples yielded by the latest in-process iteration (num_workers=0)
         self._finished = False  # ... and whether it ran to the end
@@ -172,11 +173,15 @@ class MLMDataset(IterableDataset):
 
     def stream(self, epoch: int | None = None) -> EpochStream:
         """The stream of ``epoch`` (default: the current one), before it is split over ranks."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._stream_cache is not None and self._stream_cache[0] == epoch:
+            return self._stream_cache[1]
         # rounds of a quarter window: any window holds whole rounds, so every shard of its group
-        return epoch_stream(self._counts, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                            shuffle=self.shuffle, interleave=self.interleave,
-                            round_size=max(1, self.shuffle_buffer // 4),
-                            weights=self.weights, samples_per_epoch=self.samples_per_epoch)
+        stream = epoch_stream(self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                              interleave=self.interleave, round_size=max(1, self.shuffle_buffer // 4),
+                              weights=self.weights, samples_per_epoch=self.samples_per_epoch)
+        self._stream_cache = (epoch, stream)
+        return stream
 
     def plan(self, epoch: int | None = None) -> RankPlan:
         """This rank's plan of ``epoch`` (default: the current one)."""
