@@ -176,7 +176,7 @@ class ParquetRows:
         self._row = -1
 
     def _open(self) -> None:
-        self._file = fs.open_url(self._url, "rb")
+        self._file = fs.open_ranges(self._url)
         self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file), buffer_size=self.BUFFER_BYTES,
                                          pre_buffer=False)
         meta = self._parquet.metadata

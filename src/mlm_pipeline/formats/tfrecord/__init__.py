@@ -112,7 +112,7 @@ class TFRecordRows:
             path = self._url[len("file://"):] if self._url.startswith("file://") else self._url
             self._file = io.BufferedReader(open(path, "rb", buffering=0))
         else:
-            self._file = fs.open_url(self._url, "rb")
+            self._file = fs.open_ranges(self._url)
 
     def _skip(self, n: int) -> int:
         if isinstance(self._file, io.BufferedReader) and n > 0:
