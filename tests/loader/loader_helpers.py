@@ -80,3 +80,14 @@ def shard_rows(out: str) -> dict[int, np.ndarray]:
             rows[base + i] = batch.input_ids[batch.offsets[i]:batch.offsets[i + 1]]
         base += len(batch)
     return rows
+
+
+def assert_same_batches(a: list[dict], b: list[dict]) -> None:
+    """The same batches: same keys, equal tensors (samples, order, masks, batch boundaries)."""
+    import torch
+
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert torch.equal(x[key], y[key]), key

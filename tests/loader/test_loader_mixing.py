@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from loader.loader_helpers import indices, run  # noqa: E402
+from loader.loader_helpers import assert_same_batches, indices, run  # noqa: E402
 
 from mlm_pipeline.torch import MLMDataLoader, MLMDataset, load_prepared  # noqa: E402
 from mlm_pipeline.torch.stream import epoch_stream, mix_counts  # noqa: E402
@@ -25,14 +25,6 @@ def make_loader(out, *, batch_size=16, workers=0, rank=0, world=1, masking="auto
     ds = MLMDataset(out, rank=rank, world_size=world, **ds_kw)
     coll = ds.collator(masking=masking, sample_info=True)
     return MLMDataLoader(ds, batch_size=batch_size, collate_fn=coll, num_workers=workers)
-
-
-def _assert_same_batches(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for key in x:
-            assert torch.equal(x[key], y[key]), key
 
 
 # -- the stream -------------------------------------------------------------------------------
@@ -167,7 +159,7 @@ def test_mixed_resume_gives_the_same_remaining_sequence(two, workers):
         assert state["mix"]["weights"] == [0.6, 0.4] and sum(state["mix"]["per_epoch"]) == dl.dataset.total
         resumed = make_loader(two, **kw)
         resumed.load_state_dict(state)
-        _assert_same_batches(head + run(resumed), full)
+        assert_same_batches(head + run(resumed), full)
     with pytest.raises(ValueError, match="cannot resume"):
         make_loader(two, **{**kw, "weights": [0.5, 0.5]}).load_state_dict(state)
 
@@ -243,7 +235,7 @@ def test_binned_resume_gives_the_same_remaining_sequence(parquet_out, workers):
     head = run(dl, 7)
     resumed = make_loader(parquet_out, **kw)
     resumed.load_state_dict(dl.state_dict())
-    _assert_same_batches(head + run(resumed), full)
+    assert_same_batches(head + run(resumed), full)
 
 
 def test_mixing_and_binning_together_over_ranks_and_workers(two):

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from loader.loader_helpers import indices, loader, run, shard_rows, write_output  # noqa: E402
+from loader.loader_helpers import assert_same_batches, indices, loader, run, shard_rows, write_output  # noqa: E402
 
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets  # noqa: E402
 from mlm_pipeline.torch import MLMDataLoader, MLMDataset, load_prepared  # noqa: E402
@@ -90,14 +90,6 @@ def test_no_shuffle_is_manifest_order(parquet_out):
     assert [s["index"] for s in ds] == list(range(ds.total))
 
 
-def _assert_same_batches(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for key in x:
-            assert torch.equal(x[key], y[key]), key
-
-
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("masking", ["static", "dynamic"])
 def test_resume_mid_epoch_gives_the_same_remaining_sequence(parquet_out, workers, masking):
@@ -111,7 +103,7 @@ def test_resume_mid_epoch_gives_the_same_remaining_sequence(parquet_out, workers
         resumed.load_state_dict(state)
         assert len(resumed) == len(full) - stop
         tail = run(resumed)
-        _assert_same_batches(head + tail, full)  # same samples, order, masks, batch boundaries
+        assert_same_batches(head + tail, full)  # same samples, order, masks, batch boundaries
 
 
 @pytest.mark.parametrize("workers", [0, 2])
