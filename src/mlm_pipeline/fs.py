@@ -204,6 +204,25 @@ def listdir(url: str) -> list[str]:
     return [prefix + p if prefix and not p.startswith(prefix) else p for p in fs.ls(path, detail=False)]
 
 
+def remove(url: str) -> None:
+    """Delete one file or object; a missing one is not an error."""
+    fs, path = get_fs(url)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def list_sizes(url: str) -> dict[str, int]:
+    """``{name: size}`` of the files in a directory or prefix, listed afresh (one LIST request)."""
+    fs, path = get_fs(url)
+    fs.invalidate_cache(path)
+    if not fs.exists(path):
+        return {}
+    return {info["name"].rstrip("/").rsplit("/", 1)[-1]: int(info.get("size") or 0)
+            for info in fs.ls(path, detail=True) if info.get("type") != "directory"}
+
+
 __all__ = [
     "atomic_write_bytes",
     "exists",
@@ -214,9 +233,11 @@ __all__ = [
     "is_local",
     "join",
     "list_inputs",
+    "list_sizes",
     "listdir",
     "open_head",
     "open_url",
     "read_bytes",
     "read_many",
+    "remove",
 ]

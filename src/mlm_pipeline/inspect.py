@@ -23,7 +23,7 @@ def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
     ``fmt`` is the format its run recorded; without it (a shard file on its own) the format is
     told by the file's extension.
     """
-    return (get_output_format(fmt) if fmt else _format_of_file(url)).read_shard(url)
+    return (get_output_format(fmt) if fmt else _format_of_file(url)).read(url)
 
 
 def _format_of_file(url: str) -> OutputFormat:
@@ -110,7 +110,7 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
         tok = load_tokenizer(tok_path, lower, settings.get("tokenizer_flavor", "bert"))
     shown = 0
     for url in shards:
-        batch = output_format.read_shard(url)
+        batch = output_format.read(url)
         yield f"== {url}: {len(batch):,} instances"
         for i in range(min(len(batch), n - shown)):
             if as_json:

@@ -234,10 +234,10 @@ def done_task_ids(output: str) -> set[str]:
 
 def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
     """The tasks done under this config: marker present and readable, made with these output
-    settings, and every shard it lists present. The markers are read in batches (``fs.read_many``)."""
+    settings, and every shard it lists present with the size the marker records (a truncated
+    shard makes its task run again; the listing gives the sizes, so this costs nothing). The markers are read in batches (``fs.read_many``)."""
     names = done_task_ids(config.output)
-    shard_names = {p.rstrip("/").rsplit("/", 1)[-1] for d in layout.shard_dir_urls(config.output)
-                   for p in fs.listdir(d)}
+    shard_sizes = {name: size for d in layout.shard_dir_urls(config.output) for name, size in fs.list_sizes(d).items()}
     fingerprint = config.output_fingerprint()  # (milliseconds with many inputs: once, not per marker)
     ids = [t.task_id for t in plan.tasks if t.task_id in names]
     done = CompletedTasks(plan)
@@ -248,9 +248,18 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
             marker = None
         if marker is None or marker.get("output_fingerprint") != fingerprint:
             continue  # unreadable, or made with other settings: redo the task
-        if all(s["path"].rsplit("/", 1)[-1] in shard_names for s in marker["shards"]):
-            done.add(marker)
+        bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
+        if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
+            log.warning("redoing task %s: shard %s is %s", marker["task_id"], bad[0],
+                        "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
+                        f"{shard_sizes[bad[0].rsplit('/', 1)[-1]]} bytes, its marker says {_bytes_of(marker, bad[0])}")
+            continue
+        done.add(marker)
     return done
+
+
+def _bytes_of(marker: dict, path: str) -> int:
+    return next(s["bytes"] for s in marker["shards"] if s["path"] == path)
 
 
 __all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",

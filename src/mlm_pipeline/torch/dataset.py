@@ -56,6 +56,9 @@ class MLMDataset(IterableDataset):
         shuffle_buffer: samples per window: the shuffle span and the memory bound per worker.
         rank, world_size: default from ``torch.distributed`` when initialised, else 0 and 1.
         pad_ranks: give shorter ranks one padding sample so all ranks have equal length (DDP).
+        verify: how each shard is checked against the manifest when a process first opens it:
+            ``sha256`` (reads it once more), ``size`` (one metadata request) or ``none``. A shard
+            that differs raises :class:`~mlm_pipeline.errors.ShardDamaged` naming it.
 
     A sample is a dict of numpy arrays and ints: ``input_ids`` (int32), ``token_type_ids``
     (int8), ``masked_lm_positions`` / ``masked_lm_ids`` (int32, empty for unmasked data),
@@ -74,8 +77,14 @@ class MLMDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         pad_ranks: bool = False,
+        verify: str = "sha256",
     ):
         super().__init__()
+        from mlm_pipeline.verify import CHECKS
+
+        if verify not in CHECKS:
+            raise ValueError(f"verify must be one of {', '.join(CHECKS)}, got {verify!r}")
+        self.verify = verify
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
@@ -232,7 +241,7 @@ class MLMDataset(IterableDataset):
         in_process = info is None
         if in_process:
             self._yielded, self._finished = 0, False
-        reader = ShardRowReader(self.prepared)
+        reader = ShardRowReader(self.prepared, verify=self.verify)
         try:
             for w in runs[worker].tolist():
                 size = int(sizes[w])

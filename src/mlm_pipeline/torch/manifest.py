@@ -21,7 +21,7 @@ from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
 
-__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared"]
+__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared", "verify_shard"]
 
 MASKINGS = ("static", "none")
 
@@ -30,6 +30,8 @@ MASKINGS = ("static", "none")
 class ShardEntry:
     url: str
     instances: int
+    bytes: int | None = None  # as the manifest records them (None in a hand-made manifest)
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ def load_prepared(url: str) -> PreparedOutput:
     for entry in manifest.get("shards", []):
         path = entry["path"]
         shard_url = path if "://" in path or path.startswith("/") else fs.join(url, path)
-        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"])))
+        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"]), bytes=entry.get("bytes"),
+                                 sha256=entry.get("sha256")))
     objective = manifest.get("objective", "nsp")
     masking = manifest.get("masking", "static")
     if objective not in objective_names():
@@ -137,15 +140,41 @@ def load_prepared(url: str) -> PreparedOutput:
                           tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
 
 
+_VERIFIED: set[tuple[str, str]] = set()  # (shard URL, check) verified in this process
+
+
+def verify_shard(entry: ShardEntry, check: str) -> None:
+    """Check a shard against the manifest's size and SHA-256 (``check``: ``sha256``, ``size`` or
+    ``none``), once per process; :class:`~mlm_pipeline.errors.ShardDamaged` naming it if it differs."""
+    from mlm_pipeline.errors import ShardDamaged
+    from mlm_pipeline.verify import check_shard
+
+    if check == "none" or (entry.url, check) in _VERIFIED:
+        return
+    problem = check_shard(entry.url, size=entry.bytes, sha256=entry.sha256, check=check)
+    if problem == "missing":
+        raise ShardDamaged(entry.url, FileNotFoundError(entry.url))
+    if problem is not None:
+        raise ShardDamaged(entry.url, ValueError(f"{problem} in manifest.json"))
+    _VERIFIED.add((entry.url, check))
+
+
 class ShardRowReader:
     """Reads rows ``[start, stop)`` of a prepared output's shards, keeping the last shard open.
 
     Reading goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only
-    the row groups a range overlaps, TFRecord skips the records before it by their headers.
+    the row groups a range overlaps, TFRecord skips the records before it by their headers. Each
+    shard is checked against the manifest when this process first opens it (``verify``, see
+    :func:`verify_shard`).
     """
 
-    def __init__(self, prepared: PreparedOutput):
+    def __init__(self, prepared: PreparedOutput, *, verify: str = "sha256"):
+        from mlm_pipeline.verify import CHECKS
+
+        if verify not in CHECKS:
+            raise ValueError(f"verify must be one of {', '.join(CHECKS)}, got {verify!r}")
         self._prepared = prepared
+        self._verify = verify
         self._shard: int | None = None
         self._rows: ShardRows | None = None
 
@@ -156,6 +185,7 @@ class ShardRowReader:
         entry = self._prepared.shards[shard]
         if shard != self._shard:
             self.close()
+            verify_shard(entry, self._verify)
             self._rows = self._prepared.format.rows(entry.url)
             self._shard = shard
         batch = self._rows.read(start, stop)

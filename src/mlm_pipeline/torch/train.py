@@ -253,7 +253,7 @@ def main(config: TrainConfig) -> dict:
         steps=config.steps, pad_id=collator.pad_id,
     )
     if config.resume:  # the weights evaluated "before" are the checkpoint's
-        module.load_state_dict(torch.load(config.resume, map_location="cpu", weights_only=False)["state_dict"])
+        module.load_state_dict(torch.load(config.resume, map_location="cpu", weights_only=True)["state_dict"])
     loss_before = evaluate(module.model, eval_batches)
 
     log_path = out / "loss.csv"
@@ -270,7 +270,8 @@ def main(config: TrainConfig) -> dict:
         callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
     )
     started = time.perf_counter()
-    trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume)
+    # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
+    trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
     seconds = time.perf_counter() - started
     (out / "checkpoints").mkdir(exist_ok=True)
     trainer.save_checkpoint(out / "checkpoints" / "last.ckpt", weights_only=False)

@@ -1,0 +1,130 @@
+"""kill -9 and SIGTERM of ``prepare``'s main process and of a pool worker, at three points of a run.
+
+The main process killed: its workers end with it (none outlives the run), SIGTERM says so and
+exits 143, and the same command run again completes the run. A worker killed: the pool starts a
+new one, runs the lost task again, and the run completes by itself, naming the worker and how it
+died. Either way the shards are byte-identical to a clean run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faults.helpers import assert_as_clean, prepare_args
+
+pytestmark = pytest.mark.slow
+
+POINTS = {"first task done": lambda n: 1, "half the tasks done": lambda n: n // 2, "all but one done": lambda n: n - 1}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _start(corpus, out) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_markers(proc, out: Path, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tasks = out / "_tasks"
+        if tasks.exists() and sum(1 for p in tasks.iterdir() if p.suffix == ".json") >= count:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"prepare ended before {count} tasks were done: {proc.stderr.read()}")
+        time.sleep(0.02)
+    pytest.fail(f"{count} tasks not done in {timeout}s")
+
+
+def _workers(pid: int) -> list[int]:
+    return [c for c in _children(pid) if "spawn_main" in _cmdline(c) and "resource_tracker" not in _cmdline(c)]
+
+
+def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)], "processes outlived their run"
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    proc = _start(corpus, out)
+    _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    descendants = _children(proc.pid)
+    assert _workers(proc.pid), "the run should have pool workers"
+    os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    _assert_gone(descendants)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, stderr
+        assert "terminated (SIGTERM)" in stderr and "run the same command again" in stderr
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists() or point == "all but one done"
+
+    rerun = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_as_clean(out, clean)
+    tally.record(f"{signal.Signals(sig).name} main, {point}")
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_worker_killed(sig, point, corpus, clean_run, tmp_path, tally):
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    proc = _start(corpus, out)
+    _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    workers = _workers(proc.pid)
+    assert workers
+    os.kill(workers[0], sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr  # the lost task ran again in a new worker
+    name = signal.Signals(sig).name
+    assert f"worker process {workers[0]} killed by {name}" in stderr, stderr
+    # (a worker killed between two tasks had no task to lose)
+    assert "running it again in a new worker (2 of 3)" in stderr or "between tasks" in stderr, stderr
+    assert_as_clean(out, clean)
+    _assert_gone(workers)
+    tally.record(f"{name} worker, {point}")
