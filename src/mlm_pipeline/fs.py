@@ -123,6 +123,30 @@ def file_size(url: str) -> int:
     return int(fs.size(path))
 
 
+_ATOMIC_TMP = ".tmp-"  # .NAME.tmp-RANDOM: a local atomic write in progress (or killed)
+
+
+def remove_write_leftovers(url: str) -> int:
+    """Delete what local atomic writes killed midway left in directory ``url`` (``.NAME.tmp-…``);
+    only call it where no other process may be writing. Returns how many were removed."""
+    if not is_local(url):
+        return 0  # object stores write atomically, leaving nothing
+    _, path = get_fs(url)
+    removed = 0
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(".") and _ATOMIC_TMP in name:
+            try:
+                os.unlink(os.path.join(path, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def atomic_write_bytes(url: str, data: bytes) -> None:
     """Make ``data`` appear at ``url`` all at once or not at all.
 
@@ -134,7 +158,7 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
     if is_local(url):
         directory = os.path.dirname(path) or "."
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".{os.path.basename(path)}{_ATOMIC_TMP}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -240,4 +264,5 @@ __all__ = [
     "read_bytes",
     "read_many",
     "remove",
+    "remove_write_leftovers",
 ]

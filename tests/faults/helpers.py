@@ -65,5 +65,6 @@ def assert_as_clean(out: Path, clean: dict) -> dict:
     assert documents_lost(manifest, clean) == 0
     assert manifest["totals"]["bytes_read"] == clean["totals"]["bytes_read"]
     assert verify_output(str(out)).ok
-    assert leftovers(out) == []
+    left = leftovers(out)
+    assert left == [], left
     return manifest

@@ -117,12 +117,13 @@ class TaskPool:
         self._running: dict[int, str] = {}  # worker pid -> the task id it last started
         if workers > 1:
             self._ctx = mp.get_context("spawn")
-            self._queue = self._ctx.Queue()
             self._start_pool()
         else:
             configure_process(config.s3_endpoint_url, runs_tasks=True)
 
     def _start_pool(self) -> None:
+        # a fresh queue with each pool: a worker killed while sending holds the old queue's lock
+        self._queue = self._ctx.Queue()
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx, initializer=_init_worker,
                                          initargs=(self._queue, self.config.s3_endpoint_url, os.getpid()))
 
@@ -198,10 +199,9 @@ class TaskPool:
                     continue
                 log.warning("%s; running it again in a new worker (%d of %d)", how, deaths + 1, MAX_WORKER_DEATHS)
             self._jobs[fut] = [task, self._pool.submit(_run_in_worker, task, self.config), deaths]
-        if not charged:
-            for pid in sorted(culprits):
-                log.warning("worker process %d %s between tasks; its pool was started again", pid,
-                            describe_exit(exits[pid]))
+        for pid in sorted(culprits - charged):
+            log.warning("worker process %d %s between tasks; its pool was started again", pid,
+                        describe_exit(exits[pid]))
         self._running = {p: t for p, t in self._running.items() if p not in exits}
 
     def drain(self, on_progress: ProgressFn) -> None:
@@ -219,10 +219,15 @@ class TaskPool:
         """Shut the pool down; ``cancel`` (an error or Ctrl-C): stop running tasks now."""
         if self._pool is None:
             return
+        processes = dict(getattr(self._pool, "_processes", None) or {})
         if cancel:  # unfinished tasks have committed nothing visible
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            for proc in processes.values():
                 proc.terminate()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if not cancel:  # a worker that died after its last task (nothing to redo, but say so)
+            for pid, proc in sorted(processes.items()):
+                if proc.exitcode:
+                    log.warning("worker process %d %s after its last task", pid, describe_exit(proc.exitcode))
 
 
 def finished(task: Task, fut: Future) -> dict:
