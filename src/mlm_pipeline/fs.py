@@ -127,8 +127,9 @@ _ATOMIC_TMP = ".tmp-"  # .NAME.tmp-RANDOM: a local atomic write in progress (or 
 
 
 def remove_write_leftovers(url: str) -> int:
-    """Delete what local atomic writes killed midway left in directory ``url`` (``.NAME.tmp-…``);
-    only call it where no other process may be writing. Returns how many were removed."""
+    """Delete what local atomic writes killed midway left in directory ``url`` (``.NAME.tmp-…``
+    here, ``NAME.tmp-…`` from :mod:`mlm_pipeline.cas`); only call it where no other process may be
+    writing. Returns how many were removed."""
     if not is_local(url):
         return 0  # object stores write atomically, leaving nothing
     _, path = get_fs(url)
@@ -138,7 +139,7 @@ def remove_write_leftovers(url: str) -> int:
     except OSError:
         return 0
     for name in names:
-        if name.startswith(".") and _ATOMIC_TMP in name:
+        if _ATOMIC_TMP in name:
             try:
                 os.unlink(os.path.join(path, name))
                 removed += 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -128,7 +129,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     for s in plan.skipped_files:
         log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = run_record(config, tok.fingerprint, plan)
-    check_or_start_run(config, record)
+    check_or_start_run(config, record, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
         clean_tmp(config.output)
@@ -151,9 +152,17 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     }
 
 
-def check_or_start_run(config: PrepareConfig, record: dict) -> None:
-    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing what differs."""
+def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bool = False) -> None:
+    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing what differs.
+
+    ``replace_empty``: a run with other settings that completed no task (it failed or was stopped
+    before any) is replaced instead (only where no other worker can be using the output).
+    """
     url = layout.run_url(config.output)
+    if fs.is_local(config.output):
+        local = fs.get_fs(config.output)[1]
+        if os.path.exists(local) and not os.path.isdir(local):
+            raise OutputError(f"the output {config.output} is a file, not a directory: give a directory for --output")
     try:
         existing = json.loads(fs.read_bytes(url)) if fs.exists(url) else None
     except (OSError, json.JSONDecodeError) as exc:
@@ -179,6 +188,11 @@ def check_or_start_run(config: PrepareConfig, record: dict) -> None:
         problems.append("the tokenizer differs from the one the existing run used")
     if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:
         problems.append("the input files changed (different files or sizes) since the existing run started")
+    if problems and replace_empty and not done_task_ids(config.output):
+        log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
+        fs.remove(layout.plan_url(config.output))
+        fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        return
     if problems:
         raise OutputError(
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
