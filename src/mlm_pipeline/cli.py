@@ -490,9 +490,17 @@ def vocab(
 
 def main() -> None:
     try:
-        app()
+        app(standalone_mode=True)
     except BrokenPipeError:  # e.g. `mlm-pipeline inspect ... | head`
         sys.stderr.close()
+    except Exception as exc:  # an object store unreachable (botocore's errors are not OSErrors)
+        from mlm_pipeline.fs import storage_error
+
+        message = storage_error(exc)
+        if message is None:
+            raise
+        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

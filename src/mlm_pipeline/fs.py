@@ -18,6 +18,27 @@ from fsspec.core import url_to_fs
 from mlm_pipeline.errors import InputError
 
 
+_STORAGE_LIBRARIES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google", "urllib3", "requests")
+
+
+def storage_error(exc: BaseException) -> str | None:
+    """One line for an error of a storage client (endpoint unreachable, access denied, no such
+    bucket), naming the endpoint; None for any other error. botocore's errors are not ``OSError``s,
+    so without this they reach the user as a traceback of hundreds of lines."""
+    chain = []
+    while exc is not None and len(chain) < 8:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for err in chain:
+        module = type(err).__module__.split(".", 1)[0]
+        if module in _STORAGE_LIBRARIES:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint"
+            detail = " ".join(str(err).split())
+            return (f"storage error ({endpoint}): {type(err).__name__}: {detail} (the storage client retried "
+                    "before giving up; check the endpoint, network and credentials)")
+    return None
+
+
 def get_fs(url: str):
     """(filesystem, path) for a URL or local path."""
     try:
@@ -249,6 +270,7 @@ def list_sizes(url: str) -> dict[str, int]:
 
 
 __all__ = [
+    "storage_error",
     "atomic_write_bytes",
     "exists",
     "expand_inputs",
