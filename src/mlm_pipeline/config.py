@@ -47,6 +47,10 @@ def parse_size(value: int | str) -> int:
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 
+MAX_LINE_BYTES_CEILING = 16 << 20
+"""The largest ``--max-line-bytes``: lines are held whole while tokenized, and tokenizing a line
+takes many times its size in memory."""
+
 
 def _parse_size_or_auto(value: int | str | None) -> int | None:
     return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else parse_size(value)
@@ -174,8 +178,10 @@ class PrepareConfig(BaseModel):
         "replace", "input", "Invalid UTF-8: replace with U+FFFD (counted), skip the document (counted), "
         "or fail with file and offset.")
     max_line_bytes: Size = setting(
-        "1MB", "input", "A longer line is never decoded; its document is skipped and counted.",
-        metavar="SIZE", ge=1024)
+        "1MB", "input", "A longer line is never decoded; its document is skipped and counted. At most "
+        "16MB: a line up to this size is held in memory whole while it is decoded and tokenized, so the "
+        "limit is what keeps a worker's memory bounded.",
+        metavar="SIZE", ge=1024, le=MAX_LINE_BYTES_CEILING)
     wiki_index: str | None = setting(
         None, "input", "Wikipedia dump: its multistream index (*-multistream-index.txt.bz2). "
         "Default: the one beside the dump, if any.", metavar="PATH")
@@ -414,7 +420,7 @@ def config_values(data: dict, model: type[BaseModel] = PrepareConfig, source: st
         s = by_name.get(spelled)
         if s is None:
             close = difflib.get_close_matches(spelled, by_name, n=1)
-            hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""
+            hint = f" (did you mean {by_name[close[0]].label}?)" if close else ""
             raise ConfigError(f"unknown setting {key!r} in {source}{hint}")
         if s.name in out:
             raise ConfigError(f"{source} gives {s.label} twice (as {key!r} and another name)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config
+from mlm_pipeline.config import PrepareConfig, build_config, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read.base import Piece
@@ -176,9 +176,11 @@ def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bo
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
+    label = {s.name: s.label for s in settings_of(PrepareConfig)}  # as the flags name them
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
-            problems.append(f"{key.replace('_', '-')}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
+            name = label.get(key, key.replace("_", "-"))
+            problems.append(f"{name}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
     if existing.get("algorithm", 1) != record["algorithm"]:
         problems.append(
             f"the existing run was made by a version that builds other instances (algorithm "
