@@ -168,6 +168,11 @@ class PrepareConfig(BaseModel):
     do_lower_case: bool = setting(
         True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
         google="do_lower_case")
+    verify_inputs: bool = setting(
+        False, "input", "On resume, check the inputs by a SHA-256 of all their bytes (reads every input once "
+        "more when the run starts). Without it, a local input counts as unchanged when its size, modification "
+        "time and 16 sampled 4 KB blocks are; an s3:// or gs:// object when its ETag or generation is.",
+        runtime=True)
     input_format: InputFormat = setting(
         "auto", "input", "text: a sentence per line, blank line between documents (Google's format). "
         "wikiextractor, jsonl, parquet: paragraphs split into sentences. wikidump: a Wikipedia dump "

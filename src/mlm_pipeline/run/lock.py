@@ -41,7 +41,7 @@ class RunLock:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
-            raise OutputError(f"cannot create the output directory {self.output}: {exc.strerror or exc}") from exc
+            raise OutputError(f"cannot write to output {self.output}: {exc.strerror or exc}") from exc
         path = layout.lock_path(directory)
         while True:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -139,9 +140,18 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     return RunStart(plan=plan, record=record, done=done)
 
 
+def input_fingerprints(plan: Plan, *, full: bool = False) -> dict[str, str]:
+    """Each input file's :func:`~mlm_pipeline.fs.content_fingerprint` (32 at a time on an object
+    store), side files (a dump's index) included."""
+    urls = [f["path"] for f in plan.files] + [u for f in plan.files for u in f.get("side_files", [])]
+    threads = 1 if all(fs.is_local(u) for u in urls) else 32
+    with ThreadPoolExecutor(threads) as pool:
+        return dict(zip(urls, pool.map(lambda u: fs.content_fingerprint(u, full=full), urls)))
+
+
 def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     """The content of ``_run.json``: what must match for a run to be resumed."""
-    return {
+    record = {
         "version": __version__,
         "algorithm": ALGORITHM,
         "settings": config.output_settings(),
@@ -149,7 +159,11 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "tokenizer_fingerprint": tokenizer_fp,
         "plan_fingerprint": plan.fingerprint(),
         "tasks": len(plan.tasks),
+        "input_fingerprints": input_fingerprints(plan),
     }
+    if config.verify_inputs:
+        record["input_sha256"] = input_fingerprints(plan, full=True)
+    return record
 
 
 def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bool = False) -> None:
@@ -190,6 +204,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bo
         problems.append("the tokenizer differs from the one the existing run used")
     if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:
         problems.append("the input files changed (different files or sizes) since the existing run started")
+    if not problems:
+        problems += _changed_inputs(existing, record)
     if problems and replace_empty and not done_task_ids(config.output):
         log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
         fs.remove(layout.plan_url(config.output))
@@ -200,6 +216,27 @@ def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bo
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _changed_inputs(existing: dict, record: dict) -> list[str]:
+    """The inputs whose content changed since the existing run was recorded (by each kind of
+    fingerprint both records hold; a record without them, from an older version, is trusted)."""
+    changed: list[str] = []
+    for key, how in (("input_fingerprints", "size, modification time, sampled blocks or ETag"),
+                     ("input_sha256", "SHA-256 of its bytes")):
+        old, new = existing.get(key), record.get(key)
+        if old is None or new is None:
+            continue
+        for url in sorted(set(old) | set(new)):
+            if old.get(url) != new.get(url):
+                changed.append(url)
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            return [f"input content changed since the existing run started ({how}): {shown}"]
+    if record.get("input_sha256") is not None and existing.get("input_sha256") is None:
+        log.warning("--verify-inputs: the existing run recorded no SHA-256 of its inputs; checked by size, "
+                    "modification time and sampled blocks only")
+    return []
 
 
 def save_plan(output: str, plan: Plan, inputs: list[str] | None = None) -> None:
