@@ -95,12 +95,57 @@ def expand_inputs(inputs: list[str]) -> list[str]:
     return [url for url, _ in list_inputs(inputs)]
 
 
-def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
+def _walk_local(root: str, skipped: list[dict]) -> dict[str, dict]:
+    """The files under a local directory, following links to directories once: a link to a
+    directory already listed (a loop, or the same files twice) and whatever cannot be read (a
+    broken link, a socket, a directory without permission) are added to ``skipped`` with their
+    reason. Hidden files are left out, as from a listing."""
+    found: dict[str, dict] = {}
+    seen: set[tuple[int, int]] = set()
+
+    def skip(path: str, reason: str, detail: str) -> None:
+        skipped.append({"path": path, "reason": reason, "detail": detail})
+
+    def visit(directory: str) -> None:
+        st = os.stat(directory)
+        if (st.st_dev, st.st_ino) in seen:
+            skip(directory, "directory_link_seen", "a link to a directory already listed (a loop, or the same "
+                 "files twice): not listed again")
+            return
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            skip(directory, "unreadable", f"cannot list it: {exc.strerror or exc}")
+            return
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=True):
+                    visit(entry.path)
+                elif entry.name.startswith("."):
+                    continue
+                elif entry.is_file(follow_symlinks=True):
+                    found[entry.path] = {"type": "file", "size": entry.stat(follow_symlinks=True).st_size}
+                elif entry.is_symlink() and not os.path.exists(entry.path):
+                    skip(entry.path, "unreadable", f"a broken link (to {os.readlink(entry.path)})")
+                else:
+                    skip(entry.path, "unreadable", "not a regular file")
+            except OSError as exc:
+                skip(entry.path, "unreadable", exc.strerror or str(exc))
+
+    visit(root)
+    return found
+
+
+def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tuple[str, int]]:
     """``(url, size)`` of the files ``expand_inputs`` names, the sizes taken from the listings.
 
     A directory or glob is one listing (paged on an object store), not a request per file:
-    planning 100,000 objects then asks for no object's metadata.
+    planning 100,000 objects then asks for no object's metadata. In a local directory, links
+    to directories are followed once (:func:`_walk_local`); what cannot be read there is added
+    to ``skipped`` (a list of ``{"path", "reason", "detail"}``) instead of stopping the run.
     """
+    skipped = [] if skipped is None else skipped
     found: list[tuple[str, int]] = []
     missing: list[str] = []
     for item in inputs:
@@ -116,6 +161,8 @@ def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
                 info = None
             if info is None:
                 matches = {}
+            elif is_local(item) and os.path.isdir(path):  # (a link to a directory too)
+                matches = _walk_local(path, skipped)
             elif info.get("type") == "directory":
                 infos = fs.find(path, detail=True)
                 matches = {m: i for m, i in infos.items() if not os.path.basename(m).startswith(".")}

@@ -89,8 +89,10 @@ class Plan:
 def plan_tasks(config: PrepareConfig) -> Plan:
     """Tasks for the configured inputs. Raises ``InputError`` for inputs that cannot be used."""
     options = ReadOptions.from_config(config)
-    listed = fs.list_inputs(config.inputs)
+    unlisted: list[dict] = []  # in a directory, what cannot be read (broken links, loops)
+    listed = fs.list_inputs(config.inputs, unlisted)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
+    skipped = unlisted + skipped
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
     reference = get_objective(config.objective).reference if config.reference else None
     files: list[dict] = []
