@@ -259,6 +259,8 @@ def _run_prepare(config) -> None:
         if manifest is None:
             return
     typer.echo(render_summary(manifest, config.output))
+    if not manifest["totals"].get("documents_read"):  # as when every input is empty: nothing to train on
+        raise typer.Exit(2)
 
 
 def _stop_on_sigterm() -> None:

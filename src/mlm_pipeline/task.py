@@ -75,6 +75,7 @@ class _BlockStats:
         self.pairs = Counter()
         self.mask = Counter()
         self.tokens = 0
+        self.unknown_tokens = 0  # [UNK] among the tokens: many mean a vocabulary that does not fit the text
         self.length_hist: Counter = Counter()
         self.masked_hist: Counter = Counter()
 
@@ -88,6 +89,7 @@ class _BlockStats:
     def to_dict(self) -> dict:
         return {
             "tokens": int(self.tokens),
+            "unknown_tokens": int(self.unknown_tokens),
             **{k: int(v) for k, v in self.pairs.items()},
             **{k: int(v) for k, v in self.mask.items()},
             "instance_length_histogram": {str(int(k)): int(v) for k, v in sorted(self.length_hist.items())},
@@ -131,6 +133,8 @@ def _process_block(
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
         mask_stats = masked.to_dict()
     block_stats.add(batch, counts, mask_stats, len(docs.ids))
+    if tok.special.unk is not None:
+        block_stats.unknown_tokens += int(np.count_nonzero(docs.ids == tok.special.unk))
     sink.write(batch)
 
 

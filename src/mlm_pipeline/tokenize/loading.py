@@ -110,6 +110,7 @@ class SpecialIds:
     sep: int
     mask: int
     pad: int
+    unk: int | None = None  # [UNK] (None: the vocabulary has none)
 
 
 class TextTokenizer:
@@ -141,7 +142,8 @@ class TextTokenizer:
                 f"tokenizer {path} has no token for {', '.join(missing)} "
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
-        self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
+        self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0),
+                                  unk=ids.get("unk"))
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.is_continuation = _continuation_table(tok)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
