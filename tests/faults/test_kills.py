@@ -47,6 +47,14 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -129,3 +137,42 @@ def test_worker_killed(sig, point, corpus, clean_run, tmp_path, tally):
     assert_as_clean(out, clean)
     _assert_gone(workers)
     tally.record(f"{name} worker, {point}")
+
+
+@pytest.mark.parametrize("under_a_task, expected", [
+    (True, "lost its worker 3 times, giving up"),
+    (False, "worker processes keep dying before they finish a task"),  # killed as they start
+], ids=["under-a-task", "at-start-up"])
+def test_a_task_that_keeps_losing_its_worker_fails_after_three_deaths(under_a_task, expected, tmp_path):
+    """Every worker is killed: each task is run 3 times (or the pool started 3 times when the
+    workers die before running anything), then the run fails naming the worker and how it died,
+    and no process is left."""
+    from faults.helpers import SOURCES
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for src in SOURCES[:2]:  # two tasks of 8 MB: seconds each, so a kill lands inside one
+        (corpus / src.name).write_bytes(src.read_bytes() * 8)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(corpus, out, split_bytes="8MB")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed: set[int] = set()
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        for pid in _workers(proc.pid):
+            # under a task: once the worker has sent its first message (its queue's feeder thread
+            # exists then: a third thread beside the main one and the parent watch)
+            if pid not in killed and (not under_a_task or _threads(pid) >= 3):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed.add(pid)
+        time.sleep(0.05)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert expected in stderr and "killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "2 of 2 tasks failed" in stderr
+    assert not (out / "manifest.json").exists()
+    _assert_gone(list(killed))

@@ -115,6 +115,7 @@ class TaskPool:
         self._ctx = None
         self._jobs: dict[Future, list] = {}  # ours -> [task, the pool's future, deaths]
         self._running: dict[int, str] = {}  # worker pid -> the task id it last started
+        self._fruitless = 0  # pool restarts in a row that charged no task
         if workers > 1:
             self._ctx = mp.get_context("spawn")
             self._start_pool()
@@ -165,6 +166,7 @@ class TaskPool:
         self._jobs.pop(fut)
         exc = inner.exception()
         if exc is None:
+            self._fruitless = 0
             fut.set_result(inner.result())
         else:
             fut.set_exception(exc)
@@ -175,11 +177,14 @@ class TaskPool:
         processes = dict(getattr(old, "_processes", None) or {})
         for proc in processes.values():
             proc.join(5)
+            if proc.exitcode is None:  # (the pool ends the others itself; make sure)
+                proc.terminate()
+                proc.join(5)
         self.drain(on_progress)
         exits = {pid: proc.exitcode for pid, proc in processes.items()}
         # the pool ends the other workers with SIGTERM once one dies; a worker that ended any other
         # way is the one that died (if it too got SIGTERM, every worker that had a task is charged)
-        culprits = {pid for pid, code in exits.items() if code != -signal.SIGTERM} or set(exits)
+        culprits = {pid for pid, code in exits.items() if code not in (-signal.SIGTERM, None)} or set(exits)
         old.shutdown(wait=True, cancel_futures=True)
         self._start_pool()
         charged: set[int] = set()
@@ -203,6 +208,16 @@ class TaskPool:
             log.warning("worker process %d %s between tasks; its pool was started again", pid,
                         describe_exit(exits[pid]))
         self._running = {p: t for p, t in self._running.items() if p not in exits}
+        # workers that die before they run anything (at start-up) charge no task: bound those too
+        self._fruitless = 0 if charged else self._fruitless + 1
+        if self._fruitless >= MAX_WORKER_DEATHS:
+            pid = min(culprits)
+            reason = WorkerDied(f"worker processes keep dying before they finish a task (the last: process {pid} "
+                                f"{describe_exit(exits[pid])}); the pool was started {self._fruitless} times, giving up")
+            for fut, (_, inner, _) in list(self._jobs.items()):
+                self._jobs.pop(fut)
+                inner.cancel()
+                fut.set_exception(reason)
 
     def drain(self, on_progress: ProgressFn) -> None:
         while self._queue is not None:
