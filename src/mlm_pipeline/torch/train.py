@@ -215,6 +215,22 @@ def evaluate(model, batches: list[dict]) -> float | None:
     return total / max(count, 1)
 
 
+def _load_checkpoint(path: str) -> dict:
+    """A checkpoint's tensors and plain data, never its pickled objects (``weights_only``): a
+    checkpoint from elsewhere cannot run code. ``ValueError`` naming the file otherwise."""
+    import pickle
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a checkpoint that loads as plain tensors and data ({first}); "
+                         "only checkpoints written by mlm-pipeline train are resumed") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"{path}: not a checkpoint of mlm-pipeline train (no state_dict)")
+    return checkpoint
+
+
 def main(config: TrainConfig) -> dict:
     """Train, checkpoint and return the summary (also written to ``summary.json``)."""
     import pytorch_lightning as pl
@@ -253,7 +269,7 @@ def main(config: TrainConfig) -> dict:
         steps=config.steps, pad_id=collator.pad_id,
     )
     if config.resume:  # the weights evaluated "before" are the checkpoint's
-        module.load_state_dict(torch.load(config.resume, map_location="cpu", weights_only=True)["state_dict"])
+        module.load_state_dict(_load_checkpoint(config.resume)["state_dict"])
     loss_before = evaluate(module.model, eval_batches)
 
     log_path = out / "loss.csv"
