@@ -20,6 +20,7 @@ from faults.helpers import SOURCES, run_config
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
 @dataclass
 class Tally:
     rows: list = field(default_factory=list)

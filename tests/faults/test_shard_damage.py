@@ -3,7 +3,6 @@ the torch loader see them: each names the shard, and the rerun rewrites the clea
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
