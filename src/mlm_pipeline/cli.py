@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from inspect import Parameter, Signature, getdoc
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Callable, List, Literal, Optional
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
@@ -66,6 +68,16 @@ def _fail(message: str, code: int = 2) -> None:
 def _command(function: Callable) -> Callable:
     """``app.command`` with the docstring as help, escaped so rich shows ``[torch]`` as written."""
     return app.command(cls=_Command, no_args_is_help=True, help=escape(getdoc(function) or ""))(function)
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away (``| head``): end quietly with 0, as Unix tools do. stdout
+    is pointed at /dev/null so that the interpreter's last flush cannot complain either."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (an embedding host, a test runner)
+        pass
+    raise typer.Exit(0)
 
 
 def _version(value: bool) -> None:
@@ -175,6 +187,15 @@ class PrepareCommand(_Command):
 
     settings_model: type = PrepareConfig
 
+    def format_help(self, ctx, formatter):
+        """The settings panel by panel, one compact row each (:mod:`mlm_pipeline.cli_help`)."""
+        from mlm_pipeline.cli_help import print_grouped_help
+
+        others = [(", ".join(p.opts) + (f" {p.metavar}" if p.metavar else ""), Text.from_markup(p.help or "").plain)
+                  for p in self.get_params(ctx) if p.name not in self.settings_model.model_fields]
+        print_grouped_help(self.get_usage(ctx), Text.from_markup(self.help or "").plain,
+                           settings_of(self.settings_model), PANELS, others)
+
     def parse_args(self, ctx, args):
         return super().parse_args(ctx, native_args(list(args), settings_of(self.settings_model)))
 
@@ -214,8 +235,8 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
 
     config_option = typer.Option(
         None, "--config", metavar="FILE", show_default=False,
-        help=escape("YAML or TOML file of settings, optionally under a [prepare] table; keys are the flag names "
-                    "(dashes or underscores) or Google's. Flags given here override it."))
+        help=escape("YAML or TOML file of settings, optionally under a [prepare] table; keys: the flag or "
+                    "Google's names. Flags given here override it."))
     prepare.__signature__ = Signature([
         Parameter("ctx", Parameter.KEYWORD_ONLY, annotation=typer.Context),
         Parameter("config_file", Parameter.KEYWORD_ONLY, default=config_option, annotation=Optional[Path]),
@@ -310,6 +331,8 @@ def inspect(
     try:
         for line in inspect_lines(path, n=n, tokenizer=tokenizer, do_lower_case=do_lower_case, as_json=as_json):
             typer.echo(line)
+    except BrokenPipeError:
+        _stdout_gone()
     except (InspectError, OSError, ValueError) as exc:
         _fail(str(exc))
 
@@ -351,11 +374,16 @@ def verify(
 @_command
 def report(
     output: str = typer.Argument(..., help="A prepared output directory or URL (reads its manifest.json)."),
-    as_json: bool = typer.Option(False, "--json", metavar="", help="Print the manifest totals as JSON."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="Print the report as JSON instead of text: "
+                                 "totals, settings, per-task timings, and what the run did not record (not_known)."),
+    html_path: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML "
+                                             "page with plots (needs the 'report' extra: matplotlib)."),
+    png_dir: Optional[Path] = typer.Option(None, "--png", metavar="DIR", help="Also write each plot as DIR/NAME.png "
+                                           "(for terminals without a browser; needs the 'report' extra)."),
 ) -> None:
-    """Summarise a prepared output: counts, skips by reason, length and masking histograms."""
+    """Summarise a prepared output: counts, skips by reason, length and masking histograms; plots on request."""
     from mlm_pipeline import fs
-    from mlm_pipeline.report import render_report
+    from mlm_pipeline.report import render_report, report_data, write_report
 
     from mlm_pipeline.run.layout import manifest_url
 
@@ -366,10 +394,24 @@ def report(
         _fail(f"no manifest.json in {output} (is the run complete?)")
     except (OSError, json.JSONDecodeError) as exc:
         _fail(f"cannot read {url}: {exc}")
-    if as_json:
-        typer.echo(json.dumps(manifest["totals"], indent=1))
-    else:
+    data = report_data(manifest)
+    written = []
+    if html_path is not None or png_dir is not None:
+        try:
+            written = write_report(data, html_path=html_path, png_dir=png_dir, title=f"mlm-pipeline report: {output}")
+        except ConfigError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"cannot write the report: {exc}")
+    try:
+        if as_json:
+            typer.echo(json.dumps(data, indent=1))
+            return
         typer.echo(render_report(manifest))
+        for path in written:
+            typer.echo(f"wrote {path}")
+    except BrokenPipeError:
+        _stdout_gone()
 
 
 @_command
@@ -448,8 +490,8 @@ def finalize(
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     if not wrote:
-        typer.echo("manifest.json already exists (use --force to rewrite it)")
-    typer.echo(render_summary(manifest, output))
+        typer.echo("manifest.json already exists; nothing written (use --force to rewrite it)")
+    typer.echo(render_summary(manifest, output, wrote=wrote))
 
 
 @_command
@@ -459,7 +501,7 @@ def vocab(
     output: str = typer.Option(..., "--output", "-o", help="tokenizer.json path, or a directory; vocab.txt and "
                                "vocab-report.json are written beside it."),
     vocab_size: int = typer.Option(30522, "--vocab-size", help="Entries in the vocabulary, special tokens included."),
-    lowercase: bool = typer.Option(True, "--lowercase/--no-lowercase", help="Lower-case (and strip accents) first."),
+    lowercase: bool = typer.Option(True, "--lowercase/--no-lowercase", metavar="", help="Lower-case (and strip accents) first."),
     flavor: str = typer.Option("bert", "--tokenizer-flavor", metavar="<bert|electra>",
                                help="electra: also delete every Unicode category C* character, as ELECTRA does."),
     character_coverage: float = typer.Option(0.9995, "--character-coverage", help="Share of character occurrences "
@@ -493,8 +535,11 @@ def vocab(
 def main() -> None:
     try:
         app(standalone_mode=True)
-    except BrokenPipeError:  # e.g. `mlm-pipeline inspect ... | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # e.g. `mlm-pipeline report ... | head`, wherever it is raised
+        try:
+            _stdout_gone()
+        except typer.Exit:
+            sys.exit(0)
     except Exception as exc:  # an object store unreachable (botocore's errors are not OSErrors)
         from mlm_pipeline.fs import storage_error
 

@@ -31,17 +31,21 @@ from pydantic_core import PydanticUndefined
 
 from mlm_pipeline.errors import ConfigError
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+# one convention: SI prefixes are decimal (1 MB = 10**6 bytes, what `prepare` prints), IEC ones
+# binary (1 MiB = 2**20 bytes); a bare prefix (64M) is the SI one
+_UNITS = {"": 1, "b": 1,
+          **{f"{p}{b}": 1000 ** (i + 1) for i, p in enumerate("kmgt") for b in ("", "b")},
+          **{f"{p}i{b}": 1 << (10 * (i + 1)) for i, p in enumerate("kmgt") for b in ("", "b")}}
 
 
 def parse_size(value: int | str) -> int:
-    """``"64MB"`` -> 67108864. Sizes are binary (1 MB = 2**20 bytes), as in most data tools."""
+    """``"64MB"`` -> 64,000,000 and ``"64MiB"`` -> 67,108,864: KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB
+    binary, as their names say (case is ignored; a bare ``M`` is ``MB``)."""
     if isinstance(value, int):
         return value
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {value!r} (use e.g. 512KB, 64MB, 1GB)")
+        raise ValueError(f"not a size: {value!r} (use e.g. 512KB, 64MB, 64MiB, 1GB)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -64,14 +68,16 @@ PANELS = ("input", "tokenizer", "instances", "masking", "output", "execution", "
 
 def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (), google: str | None = None,
             positional: bool = False, metavar: str | None = None, runtime: bool = False,
-            choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
+            by_content: bool = False, choices: Callable[[], list[str]] | None = None, **constraints: Any) -> Any:
     """A settings field with what the command line and config files need to offer it.
 
-    ``default``: ``...`` when required; sizes are written as a user types them ("4MB").
+    ``default``: ``...`` when required; sizes are written as a user types them ("4MiB").
     ``panel``: one of :data:`PANELS`. ``flags``: command-line spellings when they are not just
     ``--field-name`` (the first one is the main one). ``google``: the flag's name in Google's
     ``create_pretraining_data.py``, accepted as written there (``--max_seq_length=128``).
     ``positional``: given as the command's arguments. ``runtime``: does not change output bytes.
+    ``by_content``: a path whose file content is fingerprinted elsewhere (the tokenizer's): it is
+    recorded, but where it lies enters neither the output fingerprint nor the resume check.
     ``choices``: for a plain ``str`` setting whose values come from a registry (input and output
     formats, objectives, tokenizer backends), a function listing them (asked when help is shown).
     ``constraints``: pydantic's (``ge``, ``le``, ``min_length``, ...).
@@ -79,7 +85,7 @@ def setting(default: Any, panel: str, help: str, *, flags: tuple[str, ...] = (),
     if panel not in PANELS:
         raise ValueError(f"unknown help panel {panel!r}; one of {', '.join(PANELS)}")
     extra = {"panel": panel, "flags": list(flags), "google": google, "positional": positional,
-             "metavar": metavar, "runtime": runtime, "choices": choices}
+             "metavar": metavar, "runtime": runtime, "by_content": by_content, "choices": choices}
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
@@ -155,16 +161,16 @@ class PrepareConfig(BaseModel):
         ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
-        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, or a model directory holding either.",
-        flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file")
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
+        "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
+        flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
-        "auto", "tokenizer", "Encoder of the tokenizer: auto takes the fastest installed one that gives HF's ids "
-        "exactly (checked at load and on each task's first text); hf is the reference. Output never depends on it.",
+        "auto", "tokenizer", "Encoder: auto, the fastest installed one that gives HF's ids exactly (checked), or "
+        "hf. Output never depends on it.",
         runtime=True, choices=_tokenizer_backend_choices)
     tokenizer_flavor: Literal["bert", "electra", "auto"] = setting(
-        "auto", "tokenizer", "Text normalization over a WordPiece vocab: bert (HF's BERT rules) or electra "
-        "(google-research/electra's: drops every Unicode C* character, strips accents only when lower-casing). "
-        "auto: the objective's (electra for --objective electra, else bert).")
+        "auto", "tokenizer", "Text rules of a WordPiece vocab: bert (HF's), electra (drops Unicode C* characters, "
+        "strips accents only when lower-casing). auto: electra for --objective electra, else bert.")
     do_lower_case: bool = setting(
         True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
         google="do_lower_case")
@@ -174,41 +180,42 @@ class PrepareConfig(BaseModel):
         "time and 16 sampled 4 KB blocks are; an s3:// or gs:// object when its ETag or generation is.",
         runtime=True)
     input_format: InputFormat = setting(
-        "auto", "input", "text: a sentence per line, blank line between documents (Google's format). "
-        "wikiextractor, jsonl, parquet: paragraphs split into sentences. wikidump: a Wikipedia dump "
-        "(.xml.bz2 or .xml), one document per article. auto: by name, else by the first bytes.",
+        "auto", "input", "text: Google's (a sentence per line, a blank line between documents). wikiextractor, "
+        "jsonl, parquet: paragraphs, split into sentences. wikidump: a Wikipedia dump, an article per document. "
+        "auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    sentence_split: bool = setting(
+        False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
+        "per line (WikiText, web text); a blank line still ends a document.")
     on_decode_error: DecodePolicy = setting(
-        "replace", "input", "Invalid UTF-8: replace with U+FFFD (counted), skip the document (counted), "
-        "or fail with file and offset.")
+        "replace", "input", "Invalid UTF-8: replace with U+FFFD or skip the document (both counted), or fail.")
     max_line_bytes: Size = setting(
-        "1MB", "input", "A longer line is never decoded; its document is skipped and counted. At most "
-        "16MB: a line up to this size is held in memory whole while it is decoded and tokenized, so the "
+        "1MiB", "input", "A longer line is never decoded; its document is skipped and counted. At most "
+        "16MiB: a line up to this size is held in memory whole while it is decoded and tokenized, so the "
         "limit is what keeps a worker's memory bounded.",
         metavar="SIZE", ge=1024, le=MAX_LINE_BYTES_CEILING)
     wiki_index: str | None = setting(
-        None, "input", "Wikipedia dump: its multistream index (*-multistream-index.txt.bz2). "
-        "Default: the one beside the dump, if any.", metavar="PATH")
+        None, "input", "Wikipedia dump: its multistream index (default: the one beside the dump, if any).",
+        metavar="PATH")
     wiki_namespaces: WikiNamespaces = setting(
         "0", "input", "Wikipedia dump: the namespace numbers read, comma-separated (0: articles).",
         metavar="N,N")
     wiki_keep_headings: bool = setting(
-        False, "input", "Wikipedia dump: keep section headings as paragraphs of their own (default: dropped).")
+        False, "input", "Wikipedia dump: keep section headings, as paragraphs of their own.")
     wiki_keep_tables: bool = setting(
-        False, "input", "Wikipedia dump: keep table captions and cell text (default: tables dropped).")
+        False, "input", "Wikipedia dump: keep table captions and cell text.")
 
     objective: ObjectiveName = setting(
         "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. packed: RoBERTa full "
-        "sentences up to the length, no NSP. tokens: fixed windows of tokens, for masking at load time. "
-        "electra: ELECTRA's examples (input_ids, input_mask, segment_ids only), masked at training time.",
+        "sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, masked in training.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
-        None, "masking", "static: mask now, as BERT's TFRecords. none: leave it to the training loader. "
-        "Default: the objective's (static; none for --objective tokens and electra).")
+        None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
+        "Default: the objective's (none for tokens and electra, else static).")
     reference: bool = setting(
-        False, "instances", "Reproduce the objective's reference script exactly: create_pretraining_data.py per "
-        "input file (nsp), build_pretraining_dataset.py on one corpus directory (electra). Slower.")
+        False, "instances", "Reproduce the objective's reference script exactly (Google's "
+        "create_pretraining_data.py, ELECTRA's build_pretraining_dataset.py). Slower.")
     max_seq_length: int = setting(
         128, "instances", "Tokens per instance, [CLS] and [SEP] included.", google="max_seq_length", ge=8, le=8192)
     max_predictions_per_seq: int = setting(
@@ -229,18 +236,19 @@ class PrepareConfig(BaseModel):
         False, "masking", "Mask a word and its ## pieces together.", google="do_whole_word_mask")
 
     format: OutputFormatName = setting(
-        "tfrecord", "output", "tfrecord: tf.train.Example records as BERT's run_pretraining.py reads them. "
-        "parquet: the same columns unpadded, zstd-compressed.", choices=_output_format_choices)
+        "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
+        "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
-        "auto", "execution", "Input bytes per task. auto: the total input / 32, from 1MB to 64MB.",
+        "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 32, "
+        "from 1MiB to 64MiB.",
         flags=("--split-size",), metavar="SIZE", ge=1)
     block_bytes: Size = setting(
-        "4MB", "execution", "Text per processing block in a task; bounds worker memory.",
+        "4MiB", "execution", "Text per processing block in a task; bounds worker memory.",
         flags=("--block-size",), metavar="SIZE", ge=1)
     num_out_files: int | None = setting(
-        None, "output", "Write ELECTRA's output files instead of part-* shards: examples round-robin into "
-        "pretrain_tfrecords/pretrain_data.tfrecord-{i}-of-{N} (what ELECTRA's pretraining glob reads). "
-        "Default: part-* shards; 1000 files for --objective electra --reference.", ge=1)
+        None, "output", "Write N files as ELECTRA names them (pretrain_tfrecords/pretrain_data.tfrecord-I-of-N, "
+        "examples round-robin) instead of part-* shards. Default: 1000 for --objective electra --reference.",
+        ge=1)
     max_instances_per_shard: int = setting(
         100_000, "output", "A task starts a new shard file after this many instances.", ge=1)
 
@@ -249,15 +257,15 @@ class PrepareConfig(BaseModel):
     executor: Literal["local", "ray"] = setting(
         "local", "execution", "local: a process pool on this machine. ray: Ray tasks on a cluster.", runtime=True)
     ray_address: str | None = setting(
-        None, "execution", "auto (on a cluster node), host:6379 or ray://host:10001. "
+        None, "execution", "auto (a cluster node), host:6379 or ray://host:10001. "
         "Default: RAY_ADDRESS, else a local Ray.", runtime=True)
     progress: bool = setting(True, "execution", "A progress bar on a terminal, log lines otherwise.", runtime=True)
 
     # scale-out: S3-compatible endpoint, array mode (this worker's share of the tasks) and claim
     # mode (workers take tasks through leases in the output)
     s3_endpoint_url: str | None = setting(
-        None, "cloud", "S3-compatible endpoint, e.g. http://minio:9000. Credentials come from the AWS chain "
-        "and are never logged.", runtime=True)
+        None, "cloud", "S3-compatible endpoint, e.g. http://minio:9000 (credentials: the AWS chain, never "
+        "logged).", runtime=True)
     task_rank: int | None = setting(
         None, "cloud", "Array mode: this worker's rank in [0, task-count). "
         "Default: from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.", runtime=True, ge=0)
@@ -305,7 +313,7 @@ class PrepareConfig(BaseModel):
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
             tok = data.get("tokenizer")
-            if isinstance(tok, str) and "://" not in tok:
+            if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
                 data["tokenizer"] = os.path.abspath(tok)
         return data
@@ -339,9 +347,21 @@ class PrepareConfig(BaseModel):
         runtime = {s.name for s in settings_of(type(self)) if s.runtime}
         return {k: v for k, v in self.model_dump().items() if k not in runtime}
 
+    def compared_settings(self) -> dict:
+        """The output settings that a resumed run must match, as spelled: all but the paths whose
+        content is fingerprinted instead (the tokenizer), so the same vocab elsewhere resumes."""
+        return {k: v for k, v in self.output_settings().items() if k not in by_content_names(type(self))}
+
     def output_fingerprint(self) -> str:
-        blob = json.dumps(self.output_settings(), sort_keys=True).encode()
+        blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+def _hub_name(tokenizer: str) -> bool:
+    """A Hugging Face hub id (``bert-base-uncased``) that is not a local path: kept as given."""
+    from mlm_pipeline.tokenize.hub import looks_like_hub_name
+
+    return not os.path.exists(tokenizer) and looks_like_hub_name(tokenizer)
 
 
 @dataclass(frozen=True)
@@ -360,6 +380,7 @@ class Setting:
     runtime: bool  # True: does not change output bytes
     text: bool  # True: the model parses it from text (sizes), so the command line passes text
     registry_choices: Callable[[], list[str]] | None = None  # a registry's names (see setting())
+    by_content: bool = False  # a path fingerprinted by its content (see setting())
 
     @property
     def required(self) -> bool:
@@ -409,9 +430,14 @@ def settings_of(model: type[BaseModel] = PrepareConfig) -> tuple[Setting, ...]:
             flags=() if extra["positional"] else tuple(extra["flags"] or [f"--{name.replace('_', '-')}"]),
             google=extra["google"], positional=extra["positional"], metavar=extra["metavar"],
             runtime=extra["runtime"], text=any(isinstance(m, BeforeValidator) for m in field.metadata),
-            registry_choices=extra.get("choices"),
+            registry_choices=extra.get("choices"), by_content=extra.get("by_content", False),
         ))
     return tuple(out)
+
+
+def by_content_names(model: type[BaseModel] = PrepareConfig) -> frozenset[str]:
+    """Fields whose content, not spelling, identifies them (see :func:`setting`)."""
+    return frozenset(s.name for s in settings_of(model) if s.by_content)
 
 
 def config_values(data: dict, model: type[BaseModel] = PrepareConfig, source: str = "config") -> dict:

@@ -4,8 +4,11 @@ Two variables matter, and both must be set before the library that reads them st
 
 * ``AWS_ENDPOINT_URL``: an S3-compatible endpoint (``--s3-endpoint-url``). botocore reads it when a
   client is made, so every process that touches storage sets it first: the driver, the ``finalize``
-  command, and each Ray task (a Ray worker is another process, on another machine, and gets the
-  endpoint only through the config). Pool workers are spawned from the driver and inherit it.
+  command, and each Ray task (a Ray worker is another process, on another machine, started with the
+  cluster's environment, not the driver's). Pool workers are spawned from the driver and inherit it.
+  The driver's other S3 settings from its environment (endpoint, region, and credentials when the
+  worker has none of its own) travel to Ray tasks as a :class:`StorageEnvironment`, an argument of
+  the task, never a log line: its ``repr`` names the variables, not their values.
 * ``TOKENIZERS_PARALLELISM``: the Rust tokenizer's thread pool. A process that runs tasks uses one
   tokenizer thread (and one OpenMP thread), since executors run one task per core; so it is forced
   off in pool workers, Ray tasks and a driver that runs tasks itself. Elsewhere (``inspect``,
@@ -19,17 +22,55 @@ the local pool's worker initializer, the Ray task body, ``load_tokenizer``, the 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
 TOKENIZER_THREADS_VARIABLE = "TOKENIZERS_PARALLELISM"
 
+# S3 settings botocore reads from the environment that are not secret, and the credentials
+STORAGE_SETTINGS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION",
+                    "AWS_EC2_METADATA_DISABLED")
+STORAGE_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
-def configure_process(s3_endpoint_url: str | None = None, *, runs_tasks: bool = False) -> None:
+
+@dataclass(frozen=True, repr=False)
+class StorageEnvironment:
+    """The S3 settings of one process's environment, to set in another (a Ray worker).
+
+    ``settings`` replace the worker's own; ``secrets`` (the access key, secret key and session
+    token) are set only in a worker that has no access key of its own (a cloud node keeps its
+    instance role). The ``repr`` names the variables, never their values.
+    """
+
+    settings: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of_this_process(cls) -> "StorageEnvironment":
+        env = os.environ
+        return cls(tuple((k, env[k]) for k in STORAGE_SETTINGS if env.get(k)),
+                   tuple((k, env[k]) for k in STORAGE_SECRETS if env.get(k)))
+
+    def apply(self) -> None:
+        os.environ.update(dict(self.settings))
+        if self.secrets and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            os.environ.update(dict(self.secrets))
+
+    def __repr__(self) -> str:
+        names = [k for k, _ in self.settings] + [f"{k}=<not shown>" for k, _ in self.secrets]
+        return f"StorageEnvironment({', '.join(names)})"
+
+
+def configure_process(s3_endpoint_url: str | None = None, *, runs_tasks: bool = False,
+                      storage: StorageEnvironment | None = None) -> None:
     """Set this process's environment (see the module docstring); safe to call more than once.
 
     ``runs_tasks``: this process runs pipeline tasks (one tokenizer thread and one OpenMP thread,
-    forced). ``s3_endpoint_url``: use this S3-compatible endpoint (nothing changes when None).
+    forced). ``s3_endpoint_url``: use this S3-compatible endpoint (nothing changes when None); it
+    wins over ``storage``, the S3 settings of the driver's environment (a Ray task's).
     """
+    if storage is not None:
+        storage.apply()
     if s3_endpoint_url:
         os.environ[ENDPOINT_VARIABLE] = s3_endpoint_url
     if runs_tasks:
@@ -39,4 +80,4 @@ def configure_process(s3_endpoint_url: str | None = None, *, runs_tasks: bool = 
         os.environ.setdefault(TOKENIZER_THREADS_VARIABLE, "false")
 
 
-__all__ = ["configure_process"]
+__all__ = ["StorageEnvironment", "configure_process"]

@@ -65,6 +65,22 @@ def open_url(url: str, mode: str = "rb"):
     return fs.open(path, mode)
 
 
+RANGE_BLOCK_BYTES = 4 << 20
+
+
+def open_ranges(url: str, block_size: int = RANGE_BLOCK_BYTES):
+    """``url`` opened to read ranges of it here and there (the loader's row reads).
+
+    Local files as they are. On an object store, fetched in blocks of ``block_size``: fsspec's
+    buffered files read ahead a whole block on every miss (s3fs: 50 MiB), so a reader that reads
+    part of a shard, as each loader worker does in an interleaved epoch, would fetch the rest of it.
+    """
+    fs, path = get_fs(url)
+    if is_local(url):
+        return fs.open(path, "rb")
+    return fs.open(path, "rb", block_size=block_size)
+
+
 def open_head(url: str, nbytes: int, *, size: int | None = None):
     """``url`` opened to read about its first ``nbytes`` (a format sniff): one request of
     ``nbytes`` on an object store.
@@ -320,6 +336,13 @@ def exists(url: str) -> bool:
     return fs.exists(path)
 
 
+def isdir(url: str) -> bool:
+    """True for a directory (or, on an object store, a prefix with objects under it)."""
+    fs, path = get_fs(url)
+    fs.invalidate_cache(path)
+    return fs.isdir(path)
+
+
 def listdir(url: str) -> list[str]:
     """Entries of a directory or prefix, listed afresh (never from a cached listing: other
     processes and machines may have added objects since)."""
@@ -360,6 +383,7 @@ __all__ = [
     "fsspec",
     "get_fs",
     "is_local",
+    "isdir",
     "join",
     "list_inputs",
     "list_sizes",

@@ -26,12 +26,26 @@ def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
     return (get_output_format(fmt) if fmt else _format_of_file(url)).read(url)
 
 
+def _known() -> str:
+    return ", ".join(f".{name}" for name in output_format_names())
+
+
 def _format_of_file(url: str) -> OutputFormat:
     found = output_format_for_file(url)
     if found is None:
-        known = ", ".join(f".{name}" for name in output_format_names())
-        raise InspectError(f"{url}: not a shard of a known output format ({known}) and not inside a prepared output")
+        raise InspectError(f"{url}: not a shard of a known output format ({_known()}) and not inside a prepared "
+                           f"output; expected a shard file written by mlm-pipeline prepare, or its output directory")
     return found
+
+
+def _read(output_format: OutputFormat, url: str) -> InstanceBatch:
+    """A shard read by ``output_format``, a file that is not one named in the error."""
+    try:
+        return output_format.read_shard(url)
+    except FileNotFoundError:
+        raise InspectError(f"{url}: no such shard (was the output moved or cleaned?)") from None
+    except (ValueError, OSError, KeyError, IndexError) as exc:  # each reader's own complaint
+        raise InspectError(f"{url}: not a readable {output_format.name} shard ({exc})") from None
 
 
 def _named_format(name, where: str) -> OutputFormat:
@@ -77,7 +91,14 @@ def _resolve(path: str) -> tuple[list[str], dict, OutputFormat]:
         return shards, settings, output_format
     if not fs.exists(path):
         raise InspectError(f"no such file or directory: {path}")
-    parent = os.path.dirname(os.path.dirname(path.rstrip("/")))  # OUTPUT of OUTPUT/shards/FILE
+    if fs.isdir(path):
+        raise InspectError(f"{path}: a directory without manifest.json or _run.json, so not an output of "
+                           f"mlm-pipeline prepare; expected a prepared output directory or a shard file ({_known()})")
+    here = os.path.dirname(path.rstrip("/"))
+    if _run_of(here or ".") is not None:  # OUTPUT/manifest.json, OUTPUT/_run.json, ...
+        raise InspectError(f"{path}: a file of the prepared output {here or '.'}, not a shard; "
+                           f"run: mlm-pipeline inspect {here or '.'}")
+    parent = os.path.dirname(here)  # OUTPUT of OUTPUT/shards/FILE
     run = _run_of(parent or ".")
     if run is not None:
         return [path], run[0], run[1]
@@ -99,6 +120,7 @@ def format_instance(batch: InstanceBatch, i: int, tok) -> str:
 
 def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bool | None, as_json: bool) -> Iterator[str]:
     shards, settings, output_format = _resolve(path)
+    first = _read(output_format, shards[0])  # a file that is no shard is named before any tokenizer is asked for
     tok = None
     if not as_json:
         from mlm_pipeline.tokenize import load_tokenizer
@@ -109,8 +131,8 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
         lower = settings.get("do_lower_case", True) if do_lower_case is None else do_lower_case
         tok = load_tokenizer(tok_path, lower, settings.get("tokenizer_flavor", "bert"))
     shown = 0
-    for url in shards:
-        batch = output_format.read(url)
+    for k, url in enumerate(shards):
+        batch = first if k == 0 else _read(output_format, url)
         yield f"== {url}: {len(batch):,} instances"
         for i in range(min(len(batch), n - shown)):
             if as_json:

@@ -12,6 +12,7 @@ done first writes the manifest; each returns a summary of what it did.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from mlm_pipeline.config import PrepareConfig
@@ -40,6 +41,34 @@ def executor_for(config: PrepareConfig) -> Executor:
     from mlm_pipeline.executors.local import LocalExecutor
 
     return LocalExecutor(config)
+
+
+def prepare(config: PrepareConfig | dict | None = None, /, *, show_progress: bool = False, **settings) -> dict:
+    """``mlm-pipeline prepare`` from Python; returns the manifest (as ``manifest.json`` holds it).
+
+    Give a :class:`PrepareConfig`, or its settings as keywords (the flags' names with ``_``:
+    ``inputs``, ``output``, ``tokenizer``, ``max_seq_length``, ...), or a dict of them; keywords
+    then override the config's values. Errors are the CLI's: :class:`~mlm_pipeline.errors.ConfigError`
+    and the other :class:`~mlm_pipeline.errors.PipelineError` types, ``TaskFailed`` for a task.
+    The progress line is off unless ``show_progress``.
+    """
+    from mlm_pipeline.config import build_config
+
+    if isinstance(config, PrepareConfig):
+        values = config.model_dump()
+    elif config is None or isinstance(config, dict):
+        values = dict(config or {})
+    else:
+        raise TypeError(f"prepare() takes a PrepareConfig or a dict, not {type(config).__name__}")
+    values.update(settings)
+    if isinstance(values.get("inputs"), (str, os.PathLike)):
+        values["inputs"] = [values["inputs"]]
+    if "inputs" in values:  # paths as str (pathlib.Path welcome)
+        values["inputs"] = [os.fspath(i) for i in values["inputs"]]
+    for key in ("output", "tokenizer"):
+        if isinstance(values.get(key), os.PathLike):
+            values[key] = os.fspath(values[key])
+    return run_prepare(build_config(values), show_progress=show_progress)
 
 
 def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:

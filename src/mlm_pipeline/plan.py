@@ -5,13 +5,16 @@ the registry in ``read``) and lets that format cut the file into pieces (nominal
 that its reader aligns on document boundaries, so the data is not read; whole compressed files;
 Parquet row groups); small pieces are grouped so that a task is roughly ``split_bytes`` of input
 (by default a size derived from the total input, ``auto_split_bytes``). Task ids and seeds come from the plan order alone —
-never from worker count or scheduling — so any executor reproduces the same shards.
+never from worker count or scheduling — so any executor reproduces the same shards. The plan
+order is the files' URL order, whatever order the inputs were named in (a reference mode keeps
+the order given, as its reference script does).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -23,6 +26,11 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.instances import get_objective
 from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
+
+log = logging.getLogger("mlm_pipeline")
+
+WARNED_FILES = 10
+"""Skipped inputs named in a warning each; the rest are counted in one."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +99,25 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     options = ReadOptions.from_config(config)
     unlisted: list[dict] = []  # in a directory, what cannot be read (broken links, loops)
     listed = fs.list_inputs(config.inputs, unlisted)
+    reference = get_objective(config.objective).reference if config.reference else None
+    if reference is None:
+        # output depends on the input bytes, not on the order inputs are named in: files in URL order
+        # (a reference mode keeps the order given, as the reference script reads its inputs)
+        listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
     skipped = unlisted + skipped
+    noted = [s for s in skipped if s["reason"] != "side_file"]  # a side file is read with its main file
+    for s in noted[:WARNED_FILES]:
+        log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
+    if len(noted) > WARNED_FILES:
+        log.warning("skipping %d more inputs (listed with their reasons in the manifest)", len(noted) - WARNED_FILES)
+    paragraph_files = [f for f in usable if f.paragraph_lines]
+    if paragraph_files:
+        first = paragraph_files[0]
+        log.warning("%d of %d text inputs look like a paragraph per line (%s: %s); each line is taken as one "
+                    "sentence, so most pairs would be random-next: --sentence-split splits lines into sentences",
+                    len(paragraph_files), sum(f.fmt == "text" for f in usable), first.url, first.paragraph_lines)
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
-    reference = get_objective(config.objective).reference if config.reference else None
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
     for f in usable:
@@ -121,6 +144,7 @@ class _Input(NamedTuple):
     size: int
     fmt: str
     side_files: tuple[str, ...]
+    paragraph_lines: str | None = None  # text format: why its lines look like paragraphs
 
 
 SNIFF_THREADS = 32
@@ -133,8 +157,9 @@ def usable_inputs(
     urls: list[str], input_format: str, options: ReadOptions, *, sizes: dict[str, int] | None = None
 ) -> tuple[list[_Input], list[dict]]:
     """The inputs to read, and the skipped ones with their reason: ``empty_file``, ``binary``
-    (the format's binary check) or ``side_file`` (read by another input, such as a dump's
-    index). ``sizes`` (from the listing) spares a metadata request per file.
+    (the format's binary check), ``vocabulary`` (a tokenizer's vocab.txt under a text format) or
+    ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing)
+    spares a metadata request per file.
 
     Remote inputs are sniffed ``SNIFF_THREADS`` at a time; the result, and the error raised for
     an unreadable input (the first in input order), are those of a sniff one by one.
@@ -179,7 +204,13 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         raise InputError(f"cannot read {url}: {exc}") from exc
     if reason:
         return {"path": url, "reason": "binary", "detail": reason}
-    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options))
+    paragraphs = None
+    if fmt == "text":  # a vocab.txt caught by a glob is text to every other check
+        reason = sample.vocabulary_reason()
+        if reason:
+            return {"path": url, "reason": "vocabulary", "detail": reason}
+        paragraphs = None if options.sentence_split else sample.paragraph_lines()
+    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs)
 
 
 def _group(pieces: list[tuple[Piece, int]], split_bytes: int, *, one_piece_per_task: bool) -> list[Task]:

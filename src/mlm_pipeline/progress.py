@@ -49,11 +49,12 @@ class Progress:
             self._task = self._bar.add_task("prepare", total=self.total_bytes, docs=0, tps=0.0, tasks=self._tasks_text())
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if self._bar is not None:
             self._bar.stop()
         elif self.enabled and self.total_tasks:
-            self._line(final=True)
+            self._line(final="done" if exc_type is None else
+                       "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "stopped by an error")
 
     def _tasks_text(self) -> str:
         return f"{self.tasks}/{self.total_tasks}"
@@ -83,14 +84,15 @@ class Progress:
         elif time.time() - self._last_line >= self.interval:
             self._line()
 
-    def _line(self, final: bool = False) -> None:
+    def _line(self, final: str = "") -> None:
+        """A progress line; ``final``: how the run ended (``done``, ``interrupted`` ...), else an ETA."""
         elapsed = max(1e-9, time.time() - self.start)
         frac = min(1.0, self.bytes / self.total_bytes)
         eta = (elapsed / frac - elapsed) if frac > 0 else float("nan")
         print(
             f"prepare: {frac:6.1%} {self.bytes / 1e6:,.1f}/{self.total_bytes / 1e6:,.1f} MB, "
             f"{self.documents:,} docs, {self.tokens / elapsed:,.0f} tokens/s, tasks {self._tasks_text()}, "
-            + ("done" if final else f"ETA {eta:,.0f}s"),
+            + (final or f"ETA {eta:,.0f}s"),
             file=self.stream,
             flush=True,
         )

@@ -26,6 +26,7 @@ from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
+from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 from mlm_pipeline.formats.sink import open_sink
 
 ProgressFn = Callable[[dict], None]
@@ -36,22 +37,6 @@ def text_bytes(sentences: list[str]) -> int:
     length (``isascii`` is a flag check in CPython); only the others are encoded (lone
     surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
     return sum(len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass")) for s in sentences)
-
-
-CHECK_BYTES = 64 << 10
-"""How much of a task's first block the backend check encodes twice (HF is ~80x slower than
-the fast backend, so checking a whole 4 MB block would cost as much as the task's own work)."""
-
-
-def first_texts(documents: list[list[str]], budget: int = CHECK_BYTES) -> list[str]:
-    texts, size = [], 0
-    for doc in documents:
-        for s in doc:
-            texts.append(s)
-            size += len(s)
-            if size >= budget:
-                return texts
-    return texts
 
 
 def tokenize_documents(
@@ -70,14 +55,38 @@ def tokenize_documents(
     return TokenizedDocs(ids=ids, sentence_lengths=lens[keep], doc_sentences=doc_sentences[doc_sentences > 0])
 
 
+TOP_TOKENS = 500
+"""Most frequent tokens a task records (``top_token_counts``): the run's totals sum them, so a
+token's count there is exact when it is among every task's most frequent, a lower bound otherwise."""
+
+
 class _BlockStats:
     def __init__(self) -> None:
         self.pairs = Counter()
         self.mask = Counter()
         self.tokens = 0
-        self.unknown_tokens = 0  # [UNK] among the tokens: many mean a vocabulary that does not fit the text
         self.length_hist: Counter = Counter()
         self.masked_hist: Counter = Counter()
+        self.token_counts: np.ndarray | None = None  # per token id, the input tokens (default mode)
+        self.unk_tokens = 0
+
+    def count_tokens(self, ids: np.ndarray, tok: TextTokenizer) -> None:
+        """Count the input tokens of a block by id (one ``bincount``) and its unknown tokens."""
+        counts = np.bincount(ids, minlength=tok.vocab_size)
+        self.token_counts = counts if self.token_counts is None else self.token_counts + counts[: len(self.token_counts)]
+        if tok.unk_id is not None:
+            self.unk_tokens += int(counts[tok.unk_id])
+
+    def token_dict(self, tok: TextTokenizer) -> dict:
+        """``unk_tokens`` and ``top_token_counts`` (token text -> count), when tokens were counted."""
+        if self.token_counts is None:
+            return {}
+        counts = self.token_counts
+        top = np.argsort(-counts, kind="stable")[:TOP_TOKENS]
+        top = top[counts[top] > 0]
+        names = tok.convert_ids_to_tokens(top)
+        return {"unk_tokens": self.unk_tokens,
+                "top_token_counts": {name: int(counts[i]) for name, i in zip(names, top)}}
 
     def add(self, batch: InstanceBatch, pair: dict, mask: dict, tokens: int) -> None:
         self.pairs.update(pair)
@@ -89,7 +98,6 @@ class _BlockStats:
     def to_dict(self) -> dict:
         return {
             "tokens": int(self.tokens),
-            "unknown_tokens": int(self.unknown_tokens),
             **{k: int(v) for k, v in self.pairs.items()},
             **{k: int(v) for k, v in self.mask.items()},
             "instance_length_histogram": {str(int(k)): int(v) for k, v in sorted(self.length_hist.items())},
@@ -121,8 +129,9 @@ def _process_block(
 ) -> None:
     """Tokenize a block, build its instances with the configured objective, mask, write."""
     if block_index == 0:  # the fast backend must agree with HF on this task's own text too
-        tok.check_block(first_texts(documents), f"task {task.task_id}")
+        tok.check_block(first_texts(documents, check_budget(task.input_bytes)), f"task {task.task_id}")
     docs = tokenize_documents(documents, tok, read_stats)
+    block_stats.count_tokens(docs.ids, tok)
     if len(docs.doc_sentences) == 0:
         return
     rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
@@ -133,15 +142,14 @@ def _process_block(
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
         mask_stats = masked.to_dict()
     block_stats.add(batch, counts, mask_stats, len(docs.ids))
-    if tok.special.unk is not None:
-        block_stats.unknown_tokens += int(np.count_nonzero(docs.ids == tok.special.unk))
     sink.write(batch)
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
-                   block_stats: _BlockStats, sink: ShardSink) -> None:
+                   block_stats: _BlockStats, sink: ShardSink) -> dict | None:
     """Reference mode: the objective's reference reads the task's files whole, with its own
-    parsing, algorithm, random stream and (if any) masking."""
+    parsing, algorithm, random stream and (if any) masking. Returns what encoded the text (a
+    reference may tokenize by its own rules, with its own checked encoder)."""
     reference = get_objective(config.objective).reference
     ctx = ReferenceContext(settings=config, tokenizer=tok, read_stats=read_stats)
     for batch, counts in reference.build([piece.url for piece in task.pieces], ctx):
@@ -149,11 +157,13 @@ def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_s
         tokens = counts.pop("tokens", 0)
         block_stats.add(batch, counts, {}, tokens)
         sink.write(batch)
+    return ctx.tokenizer_backend or None
 
 
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
     """Process one task completely and return its marker, which it writes last (the task is done)."""
     started = time.time()
+    clock = time.perf_counter()
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
     options = ReadOptions.from_config(config)
@@ -164,8 +174,9 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     sink = open_sink(config, task.task_id, task_index=task.index, task_count=task.count,
                      max_predictions=0 if sequence_only else config.max_predictions_per_seq)
     try:
+        reference_backend = None  # what a reference mode's own tokenizing used
         if config.reference:
-            _run_reference(task, config, tok, read_stats, block_stats, sink)
+            reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink)
         else:
             block: list[list[str]] = []
             block_size = 0
@@ -200,9 +211,10 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         "task": task.to_dict(),
         "output_fingerprint": config.output_fingerprint(),
         "shards": shards,
-        "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict()]),
-        "seconds": round(time.time() - started, 3),
-        "tokenizer_backend": tok.backend_info,
+        "stats": merge_counts([read_stats.to_dict(), block_stats.to_dict(), block_stats.token_dict(tok)]),
+        "started": round(started, 3),  # (seconds since the epoch; markers are not shards: no digest changes)
+        "seconds": round(time.perf_counter() - clock, 3),
+        "tokenizer_backend": reference_backend or tok.backend_info,
     }
     write_marker(config.output, marker)
     return marker

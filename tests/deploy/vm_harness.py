@@ -39,8 +39,8 @@ AWS_DIR = REPO / "deploy" / "aws-asg"
 CORPUS = [REPO / "sample" / "sample_text.txt", REPO / "sample" / "wikitext2-train-1MB.txt"]
 # the VMs' `prepare` options (and the same for the local run they must equal): several small tasks
 # per VM, so that a kill lands mid-run; one task process per VM
-PREPARE_ARGS = "--split-size 128KB --block-size 32KB --max-instances-per-shard 300 --workers 1"
-SETTINGS = {"split_bytes": "128KB", "block_bytes": "32KB", "max_instances_per_shard": 300, "workers": 1}
+PREPARE_ARGS = "--split-size 128KiB --block-size 32KiB --max-instances-per-shard 300 --workers 1"
+SETTINGS = {"split_bytes": "128KiB", "block_bytes": "32KiB", "max_instances_per_shard": 300, "workers": 1}
 
 
 # --------------------------------------------------------------------------------------------

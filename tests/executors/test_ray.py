@@ -114,6 +114,29 @@ def test_ray_workers_write_to_s3_with_the_endpoint_given_in_the_config(ray_clust
         s["path"] for s in manifest["shards"])
 
 
+def test_ray_workers_get_the_endpoint_from_the_drivers_environment(ray_cluster, seaweedfs, local_baseline,
+                                                                  monkeypatch, caplog):
+    """AWS_ENDPOINT_URL set for the driver alone (the cluster's nodes started without it): the
+    workers write to the same S3 endpoint, and no credential value is logged."""
+    import logging
+
+    from conftest_servers import SECRET_KEY
+    from mlm_pipeline.pipeline import run_prepare
+
+    assert "AWS_ENDPOINT_URL" not in ray_cluster.env
+    for key, value in seaweedfs.env().items():
+        monkeypatch.setenv(key, value)
+    out = seaweedfs.new_prefix("ray-env")
+    config = make_config(INPUTS, out, executor="ray", ray_address=ray_cluster.address)
+    with caplog.at_level(logging.INFO, logger="mlm_pipeline"):
+        manifest = run_prepare(config, show_progress=False)
+    assert comparable(manifest) == comparable(local_baseline)
+    assert sorted(k for k in seaweedfs.keys(out) if k.startswith("shards/")) == sorted(
+        s["path"] for s in manifest["shards"])
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "AWS_ENDPOINT_URL" in logged and SECRET_KEY not in logged
+
+
 def test_without_an_address_a_private_local_instance_is_started(ray_cluster, tmp_path):
     """Never another cluster of this machine: plain ray.init() would join the test cluster."""
     import ray

@@ -155,7 +155,7 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_three_deaths(under_a_ta
         (corpus / src.name).write_bytes(src.read_bytes() * 8)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
-                             *prepare_args(corpus, out, split_bytes="8MB")],
+                             *prepare_args(corpus, out, split_bytes="8MiB")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     killed: set[int] = set()
     deadline = time.monotonic() + 240

@@ -68,3 +68,71 @@ def test_skip_records_reads_headers_only_and_stops_at_the_end():
     f.seek(0)
     assert skip_records(f, 9) == 5 and f.read() == b""
     assert len(features_to_batch(decode_records([]))) == 0
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/io"), reason="needs /proc/self/io (Linux)")
+@pytest.mark.parametrize("name", ["tfrecord", "parquet"])
+def test_small_steps_from_the_middle_read_about_the_rest_once(name, tmp_path):
+    """A loader worker's access: start inside a shard, go on in small steps. It reads about what
+    is left of the shard once (TFRecord: skipped by headers; Parquet: from the row group holding
+    the start, each row group once, and the footer, not Arrow's 64 KiB tail)."""
+    import os
+
+    fmt = get_output_format(name)
+    blocks = [_batch(np.random.default_rng(seed), 200) for seed in range(10)]
+    whole = InstanceBatch.concat(blocks)
+    path = tmp_path / f"shard{fmt.extension}"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:  # Parquet: 10 row groups of 200 rows
+            writer.write(block)
+        writer.close()
+    size = os.path.getsize(path)
+    warm = fmt.rows(str(path))  # imports done outside the count (they read files too)
+    warm.read(0, 1)
+    warm.close()
+    rows = fmt.rows(str(path))
+    before = _rchar()
+    got = [rows.read(a, min(a + 7, 2000)) for a in range(1000, 2000, 7)]
+    read = _rchar() - before
+    rows.close()
+    _assert_rows(InstanceBatch.concat(got), whole.slice(1000, 2000))
+    assert read < 0.56 * size, (read, size)  # the second half, and little more
+
+
+@pytest.mark.s3
+def test_an_object_store_reader_fetches_about_its_part(moto_s3, tmp_path):
+    """On S3, a loader worker that reads the first part of a Parquet shard in small steps fetches
+    about that part (blocks of a few MiB), not the whole object (s3fs reads ahead 50 MiB)."""
+    from conftest_servers import s3_env
+
+    from mlm_pipeline import fs
+
+    fmt = get_output_format("parquet")
+    blocks = [_batch(np.random.default_rng(seed), 4000) for seed in range(64)]  # 64 row groups
+    path = tmp_path / "shard.parquet"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:
+            writer.write(block)
+        writer.close()
+    data = path.read_bytes()
+    url = moto_s3.new_prefix("rows") + "/shard.parquet"
+    bucket, key = url[len("s3://"):].split("/", 1)
+    moto_s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    whole = InstanceBatch.concat(blocks)
+    stop_fraction = 0.25
+    stop = int(len(whole) * stop_fraction)
+    with s3_env(moto_s3):
+        rows = fmt.rows(url)
+        got = [rows.read(a, min(a + 50, stop)) for a in range(0, stop, 50)]
+        fetched = rows._file.cache.total_requested_bytes
+        rows.close()
+    _assert_rows(InstanceBatch.concat(got), whole.slice(0, stop))
+    assert len(data) > 3 * fs.RANGE_BLOCK_BYTES
+    assert fetched < stop_fraction * len(data) + 2 * fs.RANGE_BLOCK_BYTES, (fetched, len(data))

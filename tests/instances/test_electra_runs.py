@@ -114,7 +114,7 @@ def test_default_mode_within_tolerances_of_the_golden_and_independent_of_workers
         out = tmp_path / f"out{workers}"
         # small tasks and blocks: several of each, so the worker count could matter
         code, log = prepare(*golden_args(name, settings, corpus, out), "--workers", workers,
-                            "--split-size", "64KB", "--block-size", "32KB")
+                            "--split-size", "64KiB", "--block-size", "32KiB")
         assert code == 0, log
         runs[workers] = output_rows(out)
     (rows, manifest), (rows2, manifest2) = runs[1], runs[2]
@@ -228,6 +228,6 @@ def test_zero_output_files_and_other_bad_settings_are_refused(tmp_path):
         code, log = prepare(*inputs, "--objective", "electra", "--reference", "-t", ZH_EN_VOCAB, "-o", out)
         assert_refused(code, log, out, message)
     # more tasks than output files: each task needs files of its own
-    code, log = prepare(corpus, "--objective", "electra", "-t", ZH_EN_VOCAB, "-o", out, "--split-size", "64KB",
+    code, log = prepare(corpus, "--objective", "electra", "-t", ZH_EN_VOCAB, "-o", out, "--split-size", "64KiB",
                         "--num-out-files", 2)
     assert_refused(code, log, out, "is fewer than the run's")

@@ -83,13 +83,27 @@ def test_document_with_one_sentence_gets_random_next(tok):
     assert first and all(r["next_sentence_label"] == 1 for r in first)
 
 
-def test_single_document_block_has_only_actual_next(tok):
+def test_single_document_block_draws_random_next_from_itself(tok):
+    """As the reference: with one document, the "random" B comes from that same document (about
+    half the multi-sentence chunks, and every one-sentence chunk)."""
     sents = ["one sentence here .", "another sentence follows .", "and a third one ."]
     ids, lens = tok.encode_batch(sents)
     docs = TokenizedDocs(ids=ids, sentence_lengths=lens, doc_sentences=np.array([3]))
-    batch, stats = _build(docs, tok, dupe=50, short=0.5)
-    assert stats.instances == len(batch) > 50
-    assert stats.random_next == 0 and set(batch.next_sentence_labels.tolist()) == {0}
+    batch, stats = _build(docs, tok, dupe=400, short=0.0)
+    # per pass, by the reference's algorithm: the three sentences are one chunk; a random next
+    # (p 1/2) gives back the sentences after A, which make more chunks (one sentence: always a
+    # random next): 13/8 instances and 1 random next expected, a share of 8/13 = 0.615
+    assert stats.instances == len(batch) and 600 < len(batch) < 700
+    share = batch.next_sentence_labels.mean()
+    assert 0.57 < share < 0.66 and stats.random_next == int(batch.next_sentence_labels.sum())
+    words = set(ids.tolist())
+    for i in range(0, len(batch), 17):  # every B is made of the document's own tokens
+        row = batch.row(i)
+        seg_b = [t for t, s in zip(row["input_ids"], row["segment_ids"]) if s == 1][:-1]
+        assert seg_b and set(seg_b) <= words
+    # a document of one one-token sentence: A and B are that token, a random next (label 1)
     one_token = TokenizedDocs(ids=ids[:1], sentence_lengths=np.array([1]), doc_sentences=np.array([1]))
-    empty, stats = _build(one_token, tok)
-    assert len(empty) == 0 and stats.chunks_without_pair == 1
+    single, stats = _build(one_token, tok)
+    assert len(single) == 1 and single.row(0)["input_ids"] == [tok.special.cls, int(ids[0]), tok.special.sep,
+                                                                 int(ids[0]), tok.special.sep]
+    assert stats.random_next == 1 and stats.chunks_without_pair == 0

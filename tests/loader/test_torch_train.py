@@ -72,3 +72,64 @@ def test_train_cli_user_errors(short_out, tmp_path):
     assert bad.exit_code == 2 and "multiple of heads" in bad.output
     missing = runner.invoke(app, ["train", str(tmp_path / "nothing"), "-o", str(tmp_path)])
     assert missing.exit_code == 2 and "no manifest.json" in missing.output
+
+
+def _train_cli(args: list[str], *, tty: bool) -> str:
+    """`mlm-pipeline train ARGS` in a child process, its stdout and stderr on a pseudo-terminal
+    (as in a user's shell) or on a pipe (as in a log file)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from conftest_servers import subprocess_env
+
+    cmd = [sys.executable, "-m", "mlm_pipeline.cli", "train", *args]
+    if not tty:
+        proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # 40 rows, 120 columns
+    proc = subprocess.Popen(cmd, env={**subprocess_env(), "COLUMNS": "120"}, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(60) == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+
+
+def test_training_prints_progress_and_loss_without_lightnings_chatter(short_out, tmp_path):
+    args = [short_out, "--steps", "4", "--batch-size", "4", "--layers", "1", "--hidden", "32", "--heads", "2",
+            "--threads", "1", "--shuffle-buffer", "64"]
+    chatter = ("Tip", "litlogger", "GPU available", "TPU available", "IterableDataset", "LeafSpec",
+               "Trainer.fit", "UserWarning", "rank_zero")
+    logged = _train_cli([*args, "-o", str(tmp_path / "pipe")], tty=False)
+    assert not [c for c in chatter if c in logged], logged
+    assert "step      1  loss" in logged and "4 steps in" in logged
+    shown = _train_cli([*args, "-o", str(tmp_path / "tty")], tty=True)
+    assert not [c for c in chatter if c in shown], shown
+    # a progress bar (tqdm's, on the terminal) with the loss, and no loss lines under it
+    assert "4/4" in shown and "loss=" in shown and "step      1  loss" not in shown, shown
+    assert "4 steps in" in shown
+
+
+def test_runs_directory_is_ignored_by_git(repo_root):
+    """`mlm-pipeline train -o runs/...` (the example of its help) leaves nothing for git to add."""
+    import subprocess
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/tiny/loss.csv"], cwd=repo_root)
+    assert ignored.returncode == 0

@@ -72,3 +72,42 @@ def test_document_without_separators_is_emitted_in_bounded_parts(tmp_path):
     assert stats.documents_read == len(docs)
     # the default limit keeps it as one document, as the reference does
     assert read_whole(path, "text")[0] == [lines]
+
+
+def test_sentence_split_for_paragraph_per_line_text(tmp_path, caplog):
+    """WikiText (a paragraph per line, blank lines between): without --sentence-split each
+    paragraph is one sentence of a one-sentence document, the planner warns and the report flags
+    the random-next share; with it, lines are split by the segmenter and the share falls under the
+    flag (above half: headings and one-sentence paragraphs stay one-sentence documents)."""
+    import logging
+
+    from conftest import VOCAB, WIKITEXT
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.read.sentences import split_sentences
+    from mlm_pipeline.report import render_report
+
+    text = WIKITEXT.read_bytes()[:200_000]
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_bytes(text[: text.rindex(b"\n") + 1])
+
+    def run(name, **kw):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+            manifest = run_prepare(PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / name),
+                                                 tokenizer=str(VOCAB), workers=1, progress=False, **kw))
+        warned = [r.getMessage() for r in caplog.records if "paragraph per line" in r.getMessage()]
+        return manifest, warned
+
+    lines, warned = run("lines")
+    split, quiet = run("split", sentence_split=True)
+    share = lines["totals"]["random_next"] / lines["totals"]["instances"]
+    split_share = split["totals"]["random_next"] / split["totals"]["instances"]
+    assert share > 0.85 and 0.5 < split_share < 0.7, (share, split_share)
+    assert warned and "--sentence-split" in warned[0] and str(corpus) in warned[0] and not quiet
+    assert "random-next (over 70%)" in render_report(lines) and "--sentence-split" in render_report(lines)
+    assert "warning" not in render_report(split)
+    # the sentences are the segmenter's, line by line
+    paragraphs = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert lines["totals"]["sentences"] == len(paragraphs)
+    assert split["totals"]["sentences"] == sum(len(s) for s in split_sentences(paragraphs)) > 3 * len(paragraphs)

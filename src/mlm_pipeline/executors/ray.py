@@ -16,6 +16,9 @@ Ray adds is where tasks run and what happens when a machine goes away:
   atomically, the marker last), so the retry writes the same bytes from scratch.
   An exception raised by the task itself is deterministic and not retried: the run stops with
   ``TaskFailed`` naming the task's input range, and the other tasks are cancelled.
+* **Storage settings**: the driver's S3 settings from its environment (``AWS_ENDPOINT_URL``, the
+  region, and its credentials for workers that have none) are set in each task's process, so a
+  run that works locally with ``AWS_ENDPOINT_URL`` works on the cluster (values never logged).
 * **Progress**: the driver waits on the task references and reports each finished task's bytes,
   documents and tokens.
 """
@@ -27,7 +30,7 @@ import os
 from typing import Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.environment import configure_process
+from mlm_pipeline.environment import StorageEnvironment, configure_process
 from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers, run_one
 from mlm_pipeline.plan import Task
@@ -38,9 +41,10 @@ MAX_RETRIES = 3  # resubmissions of a task after its worker or node died
 LOCAL_OBJECT_STORE_BYTES = 256 << 20  # markers are tiny: the private instance needs little
 
 
-def _ray_task(task: Task, config: PrepareConfig) -> dict:
-    """Body of one Ray task (runs in a Ray worker process, maybe on another machine)."""
-    configure_process(config.s3_endpoint_url, runs_tasks=True)
+def _ray_task(task: Task, config: PrepareConfig, storage: StorageEnvironment | None = None) -> dict:
+    """Body of one Ray task (runs in a Ray worker process, maybe on another machine), with the
+    driver's S3 settings (``storage``) in its environment."""
+    configure_process(config.s3_endpoint_url, runs_tasks=True, storage=storage)
     return run_one(task, config)
 
 
@@ -100,8 +104,13 @@ class RayExecutor:
         pending: dict = {}
         try:
             config_ref = ray.put(self.config)
+            storage = StorageEnvironment.of_this_process()
+            if storage.settings or storage.secrets:
+                log.info("ray: the workers get this process's %r", storage)
+            storage_ref = ray.put(storage)  # a task argument: never in Ray's logs or job info
             for task in tasks:
-                ref = remote.options(name=f"mlm-pipeline-task-{task.task_id}", **options).remote(task, config_ref)
+                ref = remote.options(name=f"mlm-pipeline-task-{task.task_id}", **options).remote(
+                    task, config_ref, storage_ref)
                 pending[ref] = task
             failures = Failures(len(tasks))
             while pending:

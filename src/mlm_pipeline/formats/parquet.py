@@ -12,6 +12,8 @@ on the calling thread.
 
 from __future__ import annotations
 
+import io
+import struct
 from typing import BinaryIO
 
 import numpy as np
@@ -138,34 +140,100 @@ def read_parquet(url: str) -> InstanceBatch:
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
 
 
+def _footer(f) -> pq.FileMetaData:
+    """The metadata of the Parquet file ``f``, reading just its footer.
+
+    Arrow reads the last 64 KiB to find it, which for a shard of a few hundred KiB is a sizeable
+    share of the file read twice; the footer itself is usually a few KiB.
+    """
+    f.seek(-8, 2)
+    tail = f.read(8)
+    length = struct.unpack("<I", tail[:4])[0]
+    if tail[4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no PAR1 at its end)")
+    f.seek(-(8 + length), 2)
+    return pq.read_metadata(io.BytesIO(b"PAR1" + f.read(length) + tail))
+
+
 class ParquetRows:
-    """Rows ``[start, stop)`` of one Parquet shard: only the row groups that overlap are read."""
+    """Rows ``[start, stop)`` of one Parquet shard, streamed: only the row groups that overlap are read.
+
+    Reading goes through a record-batch iterator over the row group holding ``start`` (one row
+    group at a time: Arrow reads ahead through every row group an iterator is given), with
+    buffered column reads, so what is held between calls is a record batch and Arrow's column
+    readers (about a data page per column), not a decoded row group. A range that starts where
+    the previous one stopped (a worker walking through a shard in small steps, as an interleaved
+    loader epoch does) carries on with the same iterator: each row group is read once. Going
+    back, or to another row group, starts a new iterator there.
+    """
+
+    BATCH_ROWS = 128  # rows per record batch of the iterator
+    BUFFER_BYTES = 1 << 16  # read buffer per column
 
     def __init__(self, url: str):
         self._url = url
         self._file = None
         self._parquet: pq.ParquetFile | None = None
         self._row_group_starts: np.ndarray | None = None
+        self._batches = None  # record batches from row ``self._row`` on
+        self._pending: pa.RecordBatch | None = None  # rows from ``self._row`` not yet returned
+        self._group = -1  # the row group the iterator reads
+        self._row = -1
+
+    def _open(self) -> None:
+        self._file = fs.open_ranges(self._url)
+        self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file), buffer_size=self.BUFFER_BYTES,
+                                         pre_buffer=False, **READ_OPTIONS)
+        meta = self._parquet.metadata
+        counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        self._row_group_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+    def _start_group(self, group: int) -> None:
+        """Batches of row group ``group`` alone: Arrow reads ahead through all the row groups an
+        iterator is given, which would read past where this reader stops."""
+        self._batches = self._parquet.iter_batches(batch_size=self.BATCH_ROWS, row_groups=[group],
+                                                   columns=_BATCH_COLUMNS, use_threads=False)
+        self._group, self._pending, self._row = group, None, int(self._row_group_starts[group])
+
+    def _seek(self, start: int) -> None:
+        """Position the iterator at ``start`` (a new one, unless ``start`` is ahead in this row group)."""
+        group = int(np.searchsorted(self._row_group_starts, start, side="right") - 1)
+        if self._batches is None or start < self._row or group != self._group:
+            self._start_group(group)
+        self._take(start - self._row)  # rows before ``start`` in its row group: read past
+
+    def _take(self, n: int) -> list[pa.RecordBatch]:
+        out = []
+        while n > 0:
+            while self._pending is None or len(self._pending) == 0:
+                batch = next(self._batches, None)
+                if batch is None:  # the row group is done: on to the next
+                    self._start_group(self._group + 1)
+                else:
+                    self._pending = batch
+            k = min(n, len(self._pending))
+            out.append(self._pending.slice(0, k))
+            self._pending = self._pending.slice(k)
+            self._row += k
+            n -= k
+        return out
 
     def read(self, start: int, stop: int) -> InstanceBatch:
         if self._parquet is None:
-            self._file = fs.open_url(self._url, "rb")
-            self._parquet = pq.ParquetFile(self._file, **READ_OPTIONS)
-            meta = self._parquet.metadata
-            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-            self._row_group_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+            self._open()
         offs = self._row_group_starts
         if stop > offs[-1]:
             raise ValueError(f"{self._url}: has {int(offs[-1])} rows, rows up to {stop} requested (manifest out of date?)")
-        first = int(np.searchsorted(offs, start, side="right") - 1)
-        last = int(np.searchsorted(offs, stop, side="left"))
-        table = self._parquet.read_row_groups(list(range(first, last)), columns=_BATCH_COLUMNS)
-        return table_to_batch(table.slice(start - int(offs[first]), stop - start))
+        if start != self._row:
+            self._seek(start)
+        return table_to_batch(pa.Table.from_batches(self._take(stop - start)))
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
         self._file = self._parquet = self._row_group_starts = None
+        self._batches = self._pending = None
+        self._row = -1
 
 
 FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows)

@@ -11,7 +11,7 @@ A builder must be a pure function of ``(docs, ctx)``: every random draw comes fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
@@ -73,6 +73,9 @@ class ReferenceContext:
     settings: Any
     tokenizer: TextTokenizer
     read_stats: ReadStats
+    # filled by a reference that encodes with an encoder of its own (the backend record of the
+    # task marker); empty: the run's tokenizer encoded
+    tokenizer_backend: dict = field(default_factory=dict)
 
 
 BuildFn = Callable[[TokenizedDocs, BuildContext], "tuple[InstanceBatch, dict[str, int]]"]

@@ -15,9 +15,11 @@ token matrix is gathered in one vectorised step at the end.
 
 Defined edge cases:
 * a document with one sentence gives one-sentence chunks, whose B is always a random next;
-* a block with a single document has no other document to draw from: its pairs are all actual
-  next (label 0), a one-sentence chunk is split at a random token boundary, and a chunk of a single
-  token cannot form a pair and is counted as ``chunks_without_pair``.
+* a block with a single document (a novel without blank lines, say) draws its random-next
+  segments from that same document, as the reference does (its ten draws of "another" document
+  can only give this one), so its random-next share is the reference's too (about 87% on
+  paragraph-per-line text, where most chunks are one sentence); blocks of two or more documents
+  never draw from the same document.
 """
 
 from __future__ import annotations
@@ -121,9 +123,12 @@ def build_nsp_instances(
                 else:
                     a_end = i + 1
                 la = sent_off[a_end] - base
-                if n_docs > 1 and (n_chunk == 1 or uniform() < 0.5):
-                    r = randint(0, n_docs - 2)
-                    r += r >= d  # uniform over the other documents
+                if n_chunk == 1 or uniform() < 0.5:
+                    if n_docs > 1:
+                        r = randint(0, n_docs - 2)
+                        r += r >= d  # uniform over the other documents
+                    else:  # as the reference, whose 10 draws of another document all give this one
+                        r = d
                     r0, r1 = doc_off[r], doc_off[r + 1]
                     rs = randint(r0, r1 - 1)
                     # take sentences rs.. until B reaches target - la (at least one sentence)
@@ -136,21 +141,10 @@ def build_nsp_instances(
                     add_label(1)
                     i = a_end  # unused sentences of the chunk go back to the document
                     continue
-                if n_chunk == 1:  # single-document block: split the sentence itself
-                    if la < 2:
-                        stats.chunks_without_pair += 1
-                        i = j
-                        continue
-                    cut = randint(1, la - 1)
-                    add_a_start(base)
-                    add_a_len(cut)
-                    add_b_start(base + cut)
-                    add_b_len(la - cut)
-                else:
-                    add_a_start(base)
-                    add_a_len(la)
-                    add_b_start(sent_off[a_end])
-                    add_b_len(sent_off[j] - sent_off[a_end])
+                add_a_start(base)
+                add_a_len(la)
+                add_b_start(sent_off[a_end])
+                add_b_len(sent_off[j] - sent_off[a_end])
                 add_label(0)
                 i = j
     n = len(labels)

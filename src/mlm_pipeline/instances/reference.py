@@ -39,20 +39,13 @@ What it costs
 -------------
 Like the reference it holds the whole file's tokenized documents in memory (a random-next segment
 can come from anywhere in the file) and runs on one core: the random-call sequence is inherently
-sequential. Measured on ``sample/wikitext2-train-1MB.txt`` (1.0 MB, 2-core VM, Python 3.11,
-tokenizers 0.23, tokenizer already loaded), read + tokenize + build:
-
-    dupe 2, seq 128 (3,795 instances):             0.39-0.51 s, ~2-2.5 MB/s
-                                                   (tokenize 0.27-0.37 s, build 0.12-0.20 s)
-    whole-word, seq 512, dupe 1 (1,462 instances): 0.37-0.65 s, ~1.5-2.7 MB/s
-                                                   (tokenize 0.26-0.48 s, build 0.10-0.19 s)
-    (ranges over runs on a VM shared with other jobs)
-    peak RSS growth: ~21-25 MB per MB of input, mostly the HF ``Encoding`` objects of the one
-    batched tokenizer call; the built instances themselves are a few MB.
-
-Those figures were taken with an earlier single-loop version. Written as the script's steps (a
-call per step), building costs 10-20% more: best of 5, back to back on the same 2-core VM,
-0.130 s against 0.109 s (dupe 2, seq 128) and 0.104 s against 0.093 s (whole-word, seq 512).
+sequential. Tokenizing uses the pipeline's fastest exact backend, built for Google's splitting
+rules and checked against HF like the pipeline's own (``reference_text._reference_tokenizer``).
+Measured on the first 3 MB of WikiText-2 (2-vCPU VM shared with other jobs, CPU seconds,
+tokenizer already loaded), dupe 1: read + tokenize 0.21 s (1.10 s when HF tokenized), build
+0.25 s; dupe 5: build 1.31 s (~45 us per instance). Whole ``prepare`` runs
+(``benchmarks/prepare_bench.py``, variant ``ref-d1``): 2.2x the raw HF tokenizer on 20 MB;
+peak RSS 256 MB at 10 MB and 405 MB at 30 MB, ~7.5 MB per MB of input.
 
 Building scales with ``dupe_factor`` (~30 us per instance); memory with the input file. Reference
 mode is for reproducing and checking, not for big corpora: the sharded ``nsp`` builder is the
@@ -465,11 +458,13 @@ def masked_token(vocab: ReferenceVocab, rng: random.Random) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None) -> AllDocuments:
+def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None,
+                        backend: dict | None = None) -> AllDocuments:
     with fsspec.open(path, "rb", compression="infer") as f:
         raw = f.read()
     lines = split_reference_lines(raw.decode("utf-8", errors="ignore"))
-    documents = tokenize_reference_documents(read_reference_documents(lines), tokenizer)
+    documents = tokenize_reference_documents(read_reference_documents(lines), tokenizer, where=path,
+                                             backend=backend)
     if stats is not None:
         stats.bytes_read += len(raw)
         stats.documents_read += len(documents)
@@ -508,7 +503,7 @@ def build_reference(urls: Sequence[str], ctx: ReferenceContext) -> Iterator[tupl
     )
     vocab = ReferenceVocab.from_tokenizer(ctx.tokenizer)
     for url in urls:
-        all_documents = _read_all_documents(url, ctx.tokenizer, ctx.read_stats)
+        all_documents = _read_all_documents(url, ctx.tokenizer, ctx.read_stats, ctx.tokenizer_backend)
         batch, instances = _create_training_instances(all_documents, vocab, settings)
         counts = {
             "instances": len(batch),

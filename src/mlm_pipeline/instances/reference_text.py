@@ -26,7 +26,9 @@ from tokenizers import Tokenizer
 
 from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.instances.batch import lengths_to_offsets
-from mlm_pipeline.tokenize import TextTokenizer, encode_ids
+from mlm_pipeline.tokenize import TextTokenizer
+from mlm_pipeline.tokenize.loading import CheckedEncoder
+from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 
 # Google's WordpieceTokenizer turns words longer than this into [UNK] (HF's default is 100).
 REFERENCE_MAX_INPUT_CHARS_PER_WORD = 200
@@ -64,12 +66,15 @@ def read_reference_documents(lines: Iterable[str]) -> list[list[str]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[Tokenizer, bool]:
-    """The same tokenizer made to split like Google's, and whether it lower-cases.
+def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[CheckedEncoder, bool]:
+    """The same tokenizer made to split like Google's, its fastest exact encoder, and whether it
+    lower-cases.
 
     Two changes: no added-token matching (HF matches ``[SEP]``, ``[MASK]``... in the raw text as
     single tokens; Google's BasicTokenizer splits them into ``[``, ``sep``, ``]``) and Google's
-    200-character word limit instead of HF's 100.
+    200-character word limit instead of HF's 100. The encoder is chosen as the pipeline's is
+    (the backend asked for, self-checked against HF on the probe set; each file's first texts
+    are checked again), so the reference's ids are HF's whichever backend encodes.
     """
     spec = json.loads(tokenizer.tokenizer.to_str())
     spec["added_tokens"] = []
@@ -81,7 +86,7 @@ def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[Tokenizer, bool]:
     tok = Tokenizer.from_str(json.dumps(spec))
     tok.no_truncation()
     tok.no_padding()
-    return tok, lowercases
+    return CheckedEncoder(tok, tokenizer.backend_info["requested"]), lowercases
 
 
 def _google_lower(text: str) -> str:
@@ -100,19 +105,25 @@ def _google_lower(text: str) -> str:
 
 
 def tokenize_reference_documents(
-    documents: Sequence[Sequence[str]], tokenizer: TextTokenizer
+    documents: Sequence[Sequence[str]], tokenizer: TextTokenizer, *, where: str = "reference",
+    backend: dict | None = None,
 ) -> list[list[np.ndarray]]:
     """Tokenize every sentence in batched calls; drop empty sentences, then empty documents.
 
     Returns, per kept document, one int32 id array per kept sentence (views into one flat array).
+    ``where`` names the input in a backend warning; ``backend``, if given, receives what encoded
+    (the task marker's record).
     """
     sentences = [s for doc in documents for s in doc]
     if not sentences:
         return []
-    tok, lowercases = _reference_tokenizer(tokenizer)
+    encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
-    flat, lengths = encode_ids(tok, sentences)
+    encoder.check_block(first_texts([sentences], check_budget(sum(map(len, sentences)))), where)
+    flat, lengths = encoder.encode_batch(sentences)
+    if backend is not None:
+        backend.update(encoder.info)
     offsets = lengths_to_offsets(lengths).tolist()
     out: list[list[np.ndarray]] = []
     k = 0

@@ -87,6 +87,7 @@ class ReadOptions:
     counted as ``invalid_utf8``) or ``fail`` (raise ``InputError``).
     max_line_bytes: a line longer than this is not decoded; its document is skipped as
     ``line_too_long`` (memory stays bounded by this, not by the line).
+    sentence_split: text format: each line is a paragraph, split into sentences by the segmenter.
     max_document_bytes: a text/WikiExtractor document that grows past this many bytes is
     emitted in consecutive parts of about this size (cut at line ends), so memory stays bounded
     even for a file that has no document separators at all. Nothing is dropped.
@@ -96,6 +97,7 @@ class ReadOptions:
     """
 
     text_field: str = "text"
+    sentence_split: bool = False
     on_decode_error: str = "replace"
     max_line_bytes: int = 1 << 20
     max_document_bytes: int = 64 << 20

@@ -67,6 +67,16 @@ class InputSample:
         """A reason string if the head does not look like text, else None (see ``binary_reason``)."""
         return binary_reason(self.head(SNIFF_BYTES), SNIFF_BYTES)
 
+    def paragraph_lines(self) -> str | None:
+        """What shows that the file's lines are paragraphs, not sentences, else None (see
+        ``paragraph_lines``)."""
+        return paragraph_lines(self.head(SNIFF_BYTES), SNIFF_BYTES)
+
+    def vocabulary_reason(self) -> str | None:
+        """A reason string if the file looks like a tokenizer vocabulary, else None (see
+        ``vocabulary_reason``)."""
+        return vocabulary_reason(self.head(SNIFF_BYTES), SNIFF_BYTES, self.name)
+
 
 def _first_line(head: bytes, asked: int) -> tuple[bytes, bool]:
     """The first non-blank line of ``head`` (the first ``asked`` bytes of a file, or all of a
@@ -122,3 +132,62 @@ def binary_reason(head: bytes, asked: int) -> str | None:
             f"{len(head)} bytes"
         )
     return None
+
+
+_SPECIAL_TOKENS = {b"[PAD]", b"[UNK]", b"[CLS]", b"[SEP]", b"[MASK]", b"<pad>", b"<unk>", b"<s>", b"</s>", b"<mask>"}
+
+
+def vocabulary_reason(head: bytes, asked: int, name: str = "") -> str | None:
+    """Why ``head`` (the first ``asked`` bytes of a file named ``name``) is a vocabulary, not text.
+
+    A vocabulary (BERT's ``vocab.txt``, a word list of a tokenizer) is one token per line: at
+    least 20 lines, 98% of them one short token without a space, and besides either special
+    tokens (``[UNK]``, ``<pad>``, ...), ``##`` continuation pieces (5% of the lines) or
+    ``vocab`` in the file name. A corpus of one word per line has none of those and is read.
+    """
+    lines = head.split(b"\n")
+    if len(head) == asked:  # the last line may be cut
+        lines = lines[:-1]
+    lines = [line.strip(b"\r") for line in lines]
+    lines = [line for line in lines if line]
+    if len(lines) < 20:
+        return None
+    tokens = sum(1 for line in lines if len(line) <= 50 and not any(c in line for c in b" \t"))
+    if tokens < 0.98 * len(lines):
+        return None
+    specials = sorted(t.decode() for t in _SPECIAL_TOKENS.intersection(lines))
+    pieces = sum(1 for line in lines if line.startswith(b"##") and len(line) > 2)
+    if specials:
+        why = f"special tokens {', '.join(specials)}"
+    elif pieces >= 0.05 * len(lines):
+        why = "## word pieces"
+    elif "vocab" in name:
+        why = "its name"
+    else:
+        return None
+    return f"looks like a tokenizer vocabulary (one token per line, {why}), not text; give it with -t"
+
+
+# a sentence end followed by more text on the same line: . ! ? (or a full-width one), closing
+# quotes or brackets, then a space (none after a full-width stop) and a non-space character
+_SENTENCE_END_INSIDE = re.compile(r"(?:[.!?][\"'”’)\]]*\s+|[。！？][”’」』）]*\s*)(?=\S)")
+
+
+def paragraph_lines(head: bytes, asked: int) -> str | None:
+    """Why the lines of ``head`` (the first ``asked`` bytes of a text file) look like paragraphs.
+
+    Google's text format has a sentence per line. When at least half of the whole non-blank
+    lines (3 at least) hold three sentences or more (two sentence ends followed by more text),
+    the file is a paragraph per line, and each paragraph would be taken as one sentence.
+    """
+    lines = head.split(b"\n")
+    if len(head) == asked:
+        lines = lines[:-1]
+    text_lines = [line.decode("utf-8", "replace").strip() for line in lines]
+    text_lines = [line for line in text_lines if line]
+    if len(text_lines) < 3:
+        return None
+    long = sum(1 for line in text_lines if len(_SENTENCE_END_INSIDE.findall(line)) >= 2)
+    if long < 0.5 * len(text_lines):
+        return None
+    return f"{long} of its first {len(text_lines)} lines hold several sentences"

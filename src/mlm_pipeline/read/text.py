@@ -3,6 +3,10 @@
 Like google-research/bert ``create_pretraining_data.py``, each line is stripped and a line that
 is empty after stripping (whitespace only, ``\\r`` included) ends the current document; runs of
 blank lines are only separators. Which documents a byte range owns: see ``ranges.py``.
+
+With ``--sentence-split`` a line is a paragraph instead, split into sentences by the segmenter
+(``sentences.py``), one call per document: text with a paragraph per line (WikiText, most web
+text) otherwise gives one-sentence documents, whose pairs are nearly all random-next.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Iterator
 
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank
+from mlm_pipeline.read.sentences import split_sentences
 from mlm_pipeline.stats import ReadStats
 
 
@@ -113,6 +118,8 @@ def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
         return
     text, replaced = decoded
     sents = [s for s in (line.strip() for line in text.split("\n")) if s]
+    if options.sentence_split and sents:
+        sents = [s for para in split_sentences(sents) for s in para]
     if not sents:
         stats.skip("empty")
         return

@@ -25,6 +25,10 @@ from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_id
 
 log = logging.getLogger("mlm_pipeline")
 
+TOP_TOKENS_KEPT = 1000
+"""The manifest keeps the run's 1000 most frequent tokens (of the tasks' summed top tokens), most
+frequent first: a multilingual vocabulary would otherwise put a quarter of a million in it."""
+
 
 def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict]) -> dict:
     """The manifest: settings and fingerprints, inputs, every shard in task order, summed stats.
@@ -34,6 +38,9 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         done = CompletedTasks.of(plan, done)
     shards = done.shards()
     totals = done.stats()
+    if "top_token_counts" in totals:
+        ranked = sorted(totals["top_token_counts"].items(), key=lambda kv: (-kv[1], kv[0]))
+        totals["top_token_counts"] = dict(ranked[:TOP_TOKENS_KEPT])
     totals["shards"] = len(shards)
     totals["bytes_written"] = sum(s["bytes"] for s in shards)
     totals["files_skipped"] = {}
@@ -56,6 +63,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         "tokenizer_backend": done.backends(),
         "shards": shards,
         "totals": totals,
+        "task_timings": done.timings(),
     }
 
 

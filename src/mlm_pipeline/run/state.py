@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config, settings_of
+from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read.base import Piece
@@ -51,6 +51,7 @@ class CompletedTasks:
     def __init__(self, plan: Plan) -> None:
         self._index = {t.task_id: t.index for t in plan.tasks}
         self._shards: dict[int, list[dict]] = {}  # plan index -> the task's shards
+        self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
 
@@ -69,6 +70,7 @@ class CompletedTasks:
         if index in self._shards:
             return
         self._shards[index] = marker["shards"]
+        self._times[index] = task_timing(marker)
         add_counts(self._stats, marker["stats"])
         self._backends[json.dumps(marker.get("tokenizer_backend", {}), sort_keys=True)] += 1
 
@@ -82,6 +84,10 @@ class CompletedTasks:
         """Every shard, in task order (the plan's), each task's in its own order."""
         return [s for index in sorted(self._shards) for s in self._shards[index]]
 
+    def timings(self) -> list[dict]:
+        """Each task's :func:`task_timing`, in plan order (what ``report`` plots per task)."""
+        return [self._times[index] for index in sorted(self._times)]
+
     def stats(self) -> dict:
         """The tasks' stats summed; keys of nested counts (histograms, skip reasons) sorted, so the
         totals do not depend on the order tasks finished in."""
@@ -92,9 +98,18 @@ class CompletedTasks:
         return [{**json.loads(k), "tasks": n} for k, n in sorted(self._backends.items())]
 
 
+def task_timing(marker: dict) -> dict:
+    """A task's start (seconds since the epoch; None in markers of older versions), its seconds,
+    the input bytes it read, its tokens and its instances."""
+    stats = marker.get("stats", {})
+    return {"task_id": marker["task_id"], "started": marker.get("started"), "seconds": marker.get("seconds"),
+            "bytes_read": stats.get("bytes_read", 0), "tokens": stats.get("tokens", 0),
+            "instances": stats.get("instances", 0)}
+
+
 def _sorted_counts(counts: dict) -> dict:
-    def key(k: str) -> tuple:
-        return (0, int(k), "") if k.lstrip("-").isdigit() else (1, 0, k)
+    def key(k: str) -> tuple:  # (ASCII digits only: a token such as "²" is a digit to isdigit, not to int)
+        return (0, int(k), "") if k.lstrip("-").isascii() and k.lstrip("-").isdigit() else (1, 0, k)
 
     return {k: _sorted_counts(counts[k]) if isinstance(counts[k], dict) else counts[k] for k in sorted(counts, key=key)}
 
@@ -130,7 +145,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     for s in plan.skipped_files:
         log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = run_record(config, tok.fingerprint, plan)
-    check_or_start_run(config, record, replace_empty=clean)
+    check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
         clean_tmp(config.output)
@@ -166,8 +181,11 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     return record
 
 
-def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bool = False) -> None:
-    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing what differs.
+def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = None, *,
+                       replace_empty: bool = False) -> None:
+    """Write ``_run.json`` if absent; else raise :class:`OutputError` listing everything that
+    differs: settings, algorithm, tokenizer (by content), input files (``plan``'s against the
+    existing ``_plan.json``) and the inputs' content.
 
     ``replace_empty``: a run with other settings that completed no task (it failed or was stopped
     before any) is replaced instead (only where no other worker can be using the output).
@@ -191,7 +209,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bo
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
     label = {s.name: s.label for s in settings_of(PrepareConfig)}  # as the flags name them
-    for key in sorted(set(old) | set(new)):
+    for key in sorted((set(old) | set(new)) - by_content_names()):  # a tokenizer is compared by content below
         if old.get(key) != new.get(key):
             name = label.get(key, key.replace("_", "-"))
             problems.append(f"{name}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
@@ -202,8 +220,11 @@ def check_or_start_run(config: PrepareConfig, record: dict, *, replace_empty: bo
         )
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
-    if not problems and existing.get("plan_fingerprint") != record["plan_fingerprint"]:
-        problems.append("the input files changed (different files or sizes) since the existing run started")
+    if existing.get("plan_fingerprint") != record["plan_fingerprint"]:
+        changed = _input_changes(config.output, plan)
+        if changed or not problems:  # else the settings listed above explain the other plan
+            problems.append("the input files changed since the existing run started"
+                            + (f": {changed}" if changed else " (different files or sizes)"))
     if not problems:
         problems += _changed_inputs(existing, record)
     if problems and replace_empty and not done_task_ids(config.output):
@@ -237,6 +258,26 @@ def _changed_inputs(existing: dict, record: dict) -> list[str]:
         log.warning("--verify-inputs: the existing run recorded no SHA-256 of its inputs; checked by size, "
                     "modification time and sampled blocks only")
     return []
+def _input_changes(output: str, plan: Plan | None, shown: int = 5) -> str:
+    """The input files added, removed or resized since ``output``'s plan was saved, in words;
+    "" when the files and sizes are the same (or the saved plan cannot be read)."""
+    try:
+        before = {f["path"]: f["bytes"] for f in json.loads(fs.read_bytes(layout.plan_url(output)))["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    now = {f["path"]: f["bytes"] for f in plan.files} if plan is not None else before
+
+    def named(paths: list[str]) -> str:
+        return ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+    parts = []
+    if added := sorted(set(now) - set(before)):
+        parts.append(f"new {named(added)}")
+    if removed := sorted(set(before) - set(now)):
+        parts.append(f"gone {named(removed)}")
+    if resized := sorted(p for p in set(now) & set(before) if now[p] != before[p]):
+        parts.append("resized " + named([f"{p} ({before[p]:,} -> {now[p]:,} bytes)" for p in resized]))
+    return "; ".join(parts)
 
 
 def save_plan(output: str, plan: Plan, inputs: list[str] | None = None) -> None:
@@ -316,4 +357,4 @@ def _bytes_of(marker: dict, path: str) -> int:
 
 
 __all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",
-           "run_record", "save_plan", "start_run", "write_marker"]
+           "run_record", "save_plan", "start_run", "task_timing", "write_marker"]

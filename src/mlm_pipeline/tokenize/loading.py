@@ -1,7 +1,7 @@
 """Tokenizer loading and batched encoding to flat numpy arrays (HF ``tokenizers``, Rust).
 
-Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, or a local Hugging
-Face model directory holding either. Truncation and padding stored in a ``tokenizer.json`` are
+Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, a local Hugging
+Face model directory holding either, or a hub model name (``bert-base-uncased``: see ``hub.py``). Truncation and padding stored in a ``tokenizer.json`` are
 switched off: instance building decides lengths, not the tokenizer.
 
 Two flavors of text normalization: ``bert`` (HF's ``BertNormalizer`` and ``BertPreTokenizer``, as
@@ -25,6 +25,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.errors import ConfigError, TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
+from mlm_pipeline.tokenize.hub import hub_tokenizer_dir, looks_like_hub_name
 from mlm_pipeline.tokenize.electra import (
     CAPITAL_SIGMA,
     TOKENIZER_FLAVORS,
@@ -49,6 +50,8 @@ _SPECIALS = {
 def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Tokenizer, str]:
     p = Path(path)
     if not p.exists():
+        if looks_like_hub_name(path):  # bert-base-uncased: from the HF cache, or the hub
+            return _resolve(hub_tokenizer_dir(path), do_lower_case, flavor)
         raise TokenizerError(f"tokenizer path does not exist: {path}")
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
@@ -110,7 +113,6 @@ class SpecialIds:
     sep: int
     mask: int
     pad: int
-    unk: int | None = None  # [UNK] (None: the vocabulary has none)
 
 
 class TextTokenizer:
@@ -142,18 +144,30 @@ class TextTokenizer:
                 f"tokenizer {path} has no token for {', '.join(missing)} "
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
-        self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0),
-                                  unk=ids.get("unk"))
+        self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
+        self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.is_continuation = _continuation_table(tok)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
-        self.reference = HFEncoder(tok)
-        self.encoder, self.backend_info = _choose_backend(tok, self.reference, backend)
+        self.checked = CheckedEncoder(tok, backend)
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """sha256 of the serialised tokenizer (vocab, normaliser, lower-casing...)."""
         return hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
+
+    @property
+    def encoder(self):
+        """The backend that encodes (after any fallback)."""
+        return self.checked.encoder
+
+    @property
+    def reference(self) -> HFEncoder:
+        return self.checked.reference
+
+    @property
+    def backend_info(self) -> dict:
+        return self.checked.info
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
@@ -161,10 +175,37 @@ class TextTokenizer:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         if self._lower_in_python:
             texts = [electra_lower(t) if CAPITAL_SIGMA in t else t for t in texts]
-        return self.encoder.encode_batch(texts)
+        return self.checked.encode_batch(texts)
 
     def check_block(self, texts: list[str], where: str) -> None:
         """Compare the backend with HF on real input; on a difference use HF from now on."""
+        self.checked.check_block(texts, where)
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
+
+
+def _info(encoder) -> dict:
+    return {"backend": encoder.name, "version": encoder.version()}
+
+
+class CheckedEncoder:
+    """The fastest backend that gives HF's ids for one HF tokenizer, and the guard that keeps it so.
+
+    At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
+    HF does; ``check_block`` compares it with HF again on real input (each task's first texts).
+    On any difference HF encodes from then on, with a warning naming the text, and ``info`` (what
+    the task marker and the manifest record) says so.
+    """
+
+    def __init__(self, tok: Tokenizer, requested: str = "auto"):
+        self.reference = HFEncoder(tok)
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested)
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return self.encoder.encode_batch(texts)
+
+    def check_block(self, texts: list[str], where: str) -> None:
         if self.encoder is self.reference or not texts:
             return
         i = first_difference(texts, self.encoder, self.reference)
@@ -173,16 +214,9 @@ class TextTokenizer:
 
     def _fall_back(self, reason: str) -> None:
         log.warning("tokenizer backend %s falls back to hf: %s", self.encoder.name, reason)
-        self.backend_info = {**_info(self.reference), "requested": self.backend_info["requested"],
-                             "fallback_from": self.encoder.name, "fallback_reason": reason}
+        self.info = {**_info(self.reference), "requested": self.info["requested"],
+                     "fallback_from": self.encoder.name, "fallback_reason": reason}
         self.encoder = self.reference
-
-    def convert_ids_to_tokens(self, ids) -> list[str]:
-        return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
-
-
-def _info(encoder) -> dict:
-    return {"backend": encoder.name, "version": encoder.version()}
 
 
 def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str) -> tuple[object, dict]:

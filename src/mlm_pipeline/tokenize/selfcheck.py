@@ -49,3 +49,43 @@ def first_difference(texts: list[str], candidate, reference) -> int | None:
                                                          ids_b[starts[i]:starts[i + 1]]):
             return i
     return 0  # unreachable: arrays differ, so some text does
+
+
+CHECK_FRACTION = 1 / 512
+CHECK_MIN_BYTES = 4 << 10
+CHECK_MAX_BYTES = 64 << 10
+
+
+def check_budget(task_bytes: int) -> int:
+    """Characters of a task's first block that the backend check encodes a second time, with HF.
+
+    HF is ~50x slower than the fast backend, so the check costs about 50x the share of the text
+    it covers: 1/512 of the task (4-64 KB) adds at most ~10% to the tokenizer's own small cost
+    (64 KB of each 64 MB task; a fixed 64 KB made 1 MB tasks encode 6% of their text with HF,
+    more than all their other stages together).
+    """
+    return int(min(CHECK_MAX_BYTES, max(CHECK_MIN_BYTES, task_bytes * CHECK_FRACTION)))
+
+
+def first_texts(documents: list[list[str]], budget: int = CHECK_MAX_BYTES) -> list[str]:
+    """Texts of a block for the backend check, about ``budget`` characters.
+
+    Texts with non-ASCII characters come first (in their order), since that is where encoders
+    differ (normalisation, accents, scripts, Unicode categories); the first texts of the block
+    fill what they leave.
+    """
+    texts = [s for doc in documents for s in doc]
+    chosen, size = [], 0
+    for s in texts:
+        if not s.isascii():
+            chosen.append(s)
+            size += len(s)
+            if size >= budget:
+                return chosen
+    for s in texts:
+        if s.isascii():
+            chosen.append(s)
+            size += len(s)
+            if size >= budget:
+                break
+    return chosen

@@ -1,10 +1,12 @@
 """Training from prepared shards with PyTorch (the ``torch`` extra).
 
 - :class:`MLMDataset` (:mod:`.dataset`): an ``IterableDataset`` over a prepared output (local or
-  ``s3://``…), read with the reader of the format its manifest records, split over DDP ranks and
-  DataLoader workers so that every instance is seen exactly once per epoch, shuffled
-  deterministically from ``(seed, epoch)``, resumable mid-epoch. Which samples in which order is
-  :mod:`.epoch_plan`; what it reads from the output is :mod:`.manifest`.
+  ``s3://``…), or a weighted mix of several, read with the reader of the format each manifest
+  records, split over DDP ranks and DataLoader workers so that every instance is seen exactly
+  once per epoch, shuffled deterministically from ``(seed, epoch)`` with shards read side by side,
+  optionally batched by length bins, resumable mid-epoch. The epoch's stream (mix, interleaving)
+  is :mod:`.stream`; ranks, windows, bins and workers are :mod:`.epoch_plan`; what it reads from
+  an output is :mod:`.manifest`.
 - :class:`MLMDataLoader` (:mod:`.loader`): a DataLoader around it that counts what the training
   loop consumed, so its ``state_dict()`` is exact (PyTorch Lightning saves it in checkpoints).
 - :class:`MLMCollator`: batches for ``BertForPreTraining`` / ``BertForMaskedLM``, with the

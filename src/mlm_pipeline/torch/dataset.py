@@ -10,7 +10,9 @@ the sample dicts. :class:`~mlm_pipeline.torch.loader.MLMDataLoader` moves the po
 
 from __future__ import annotations
 
-from typing import Iterator
+import hashlib
+import json
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ from mlm_pipeline.torch.epoch_plan import (
     Segment,
     balanced_runs,
     count_batches,
+    length_bins as length_bins_of,
     make_state,
     plan_rank,
     read_state,
@@ -29,6 +32,7 @@ from mlm_pipeline.torch.epoch_plan import (
     replay,
 )
 from mlm_pipeline.torch.manifest import PreparedOutput, ShardRowReader, load_prepared
+from mlm_pipeline.torch.stream import EpochStream, epoch_stream, mix_counts
 
 __all__ = ["MLMDataset"]
 
@@ -44,39 +48,71 @@ def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
+def _check_compatible(sources: list[PreparedOutput]) -> None:
+    """Mixed sources must batch alike: one objective, one masking, one tokenizer."""
+    first = sources[0]
+    for other in sources[1:]:
+        for what in ("objective", "masking", "tokenizer_fingerprint"):
+            if getattr(other, what) != getattr(first, what):
+                raise ValueError(f"cannot mix {first.url} and {other.url}: their {what} differs "
+                                 f"({getattr(first, what)!r} and {getattr(other, what)!r})")
+
+
 class MLMDataset(IterableDataset):
-    """The instances of a prepared output, one dict per sample, each exactly once per epoch.
+    """The instances of one or more prepared outputs, one dict per sample, each exactly once per epoch.
 
     Args:
         source: a prepared output directory or URL (``s3://…``, ``gs://…``), or a
-            :class:`PreparedOutput`.
-        shuffle: permute shards by ``(seed, epoch)`` and samples within windows.
+            :class:`PreparedOutput`; or a list of them, to mix (``weights``).
+        weights: one non-negative weight per source: each epoch takes each source's share of its
+            samples, exact to one sample (see :func:`mlm_pipeline.torch.stream.mix_counts`).
+            Without ``samples_per_epoch``, an epoch is as long as it can be without repeating any
+            instance; the other sources' instances are taken in turn over the epochs. Without
+            weights, every instance of every source, once per epoch.
+        samples_per_epoch: with ``weights``, the epoch's length; a source whose share exceeds its
+            size is upsampled: its instances repeat, each ``floor`` or ``ceil`` of share / size
+            times per epoch, deterministically.
+        shuffle: permute and interleave shards by ``(seed, epoch)`` and shuffle samples within
+            windows; ``False`` reads the sources' shards in manifest order.
         seed: non-negative int; with ``epoch`` it fixes the order (and, through the collator's
             own seed, nothing else).
         shuffle_buffer: samples per window: the shuffle span and the memory bound per worker.
+        interleave: shards (pieces of shards, with mixing) read side by side: a window holds rows
+            of up to this many shards, in proportion to their sizes. Also the number of shards a
+            worker keeps open (for Parquet, with its last row group decoded).
         rank, world_size: default from ``torch.distributed`` when initialised, else 0 and 1.
         pad_ranks: give shorter ranks one padding sample so all ranks have equal length (DDP).
+        length_bins: group each window into batches of one length bin: ``n`` equal bins up to
+            the output's ``max_seq_length``, or a list of upper bounds. Needs ``bin_batch_size``,
+            the loader's batch size, which must divide ``shuffle_buffer``. Pad with the
+            collator's ``pad_to_multiple_of=8``.
         verify: how each shard is checked against the manifest when a process first opens it:
             ``sha256`` (reads it once more), ``size`` (one metadata request) or ``none``. A shard
             that differs raises :class:`~mlm_pipeline.errors.ShardDamaged` naming it.
 
     A sample is a dict of numpy arrays and ints: ``input_ids`` (int32), ``token_type_ids``
     (int8), ``masked_lm_positions`` / ``masked_lm_ids`` (int32, empty for unmasked data),
-    ``next_sentence_label`` (int, -1 without NSP), ``index`` (position in the manifest's shard
-    order, stable across epochs), ``epoch`` and ``weight`` (1.0, or 0.0 for a padding sample).
+    ``next_sentence_label`` (int, -1 without NSP), ``index`` (position in the sources' shards in
+    manifest order, concatenated; stable across epochs), ``source`` (number of its source),
+    ``epoch`` and ``weight`` (1.0, or 0.0 for a padding sample).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
 
     def __init__(
         self,
-        source: str | PreparedOutput,
+        source: str | PreparedOutput | Sequence[str | PreparedOutput],
         *,
+        weights: Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         shuffle_buffer: int = 10_000,
+        interleave: int = 128,
         rank: int | None = None,
         world_size: int | None = None,
         pad_ranks: bool = False,
+        length_bins: int | Sequence[int] | None = None,
+        bin_batch_size: int | None = None,
         verify: str = "sha256",
     ):
         super().__init__()
@@ -93,15 +129,38 @@ class MLMDataset(IterableDataset):
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         if rank is not None and (rank < 0 or (world_size is not None and rank >= world_size)):
             raise ValueError(f"rank must be in [0, world_size), got rank {rank}, world_size {world_size}")
-        self.prepared = source if isinstance(source, PreparedOutput) else load_prepared(source)
+        if not isinstance(interleave, int) or interleave < 1:
+            raise ValueError(f"interleave must be a positive int, got {interleave!r}")
+        many = isinstance(source, (list, tuple))
+        given = list(source) if many else [source]
+        self.sources = [s if isinstance(s, PreparedOutput) else load_prepared(s) for s in given]
+        if not self.sources:
+            raise ValueError("no source given")
+        _check_compatible(self.sources)
+        self.prepared = self.sources[0]  # what the collator needs: the same for every source
+        self.weights = None if weights is None else [float(w) for w in weights]
+        self.samples_per_epoch = samples_per_epoch
+        self.interleave = interleave
+        self._counts = [p.shard_counts for p in self.sources]
+        self._source_starts = np.cumsum([0] + [int(c.sum()) for c in self._counts])
+        self.bins = None
+        if length_bins is not None:
+            self.bins = length_bins_of(length_bins, max(p.max_seq_length or 0 for p in self.sources) or None)
+            if not isinstance(bin_batch_size, int) or bin_batch_size < 1 or shuffle_buffer % bin_batch_size:
+                raise ValueError(f"length_bins need bin_batch_size, the loader's batch size, dividing shuffle_buffer "
+                                 f"({shuffle_buffer}); got {bin_batch_size!r}")
+        elif bin_batch_size is not None:
+            raise ValueError("bin_batch_size is only for length_bins")
+        self.bin_batch_size = bin_batch_size if self.bins else None
+        self.mix = mix_counts([int(c.sum()) for c in self._counts], self.weights, samples_per_epoch)
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
         self.pad_ranks = bool(pad_ranks)
         self._rank = rank
         self._world_size = world_size
-        self._counts = self.prepared.shard_counts
         self.epoch = 0
+        self._stream_cache: tuple[int, EpochStream] | None = None  # the latest epoch's stream
         self._segments: list[Segment] = []  # the position in the epoch
         self._yielded = 0  # samples yielded by the latest in-process iteration (num_workers=0)
         self._finished = False  # ... and whether it ran to the end
@@ -118,15 +177,28 @@ class MLMDataset(IterableDataset):
 
     @property
     def total(self) -> int:
-        """Instances in the output (all ranks)."""
-        return int(self._counts.sum())
+        """Samples in an epoch (all ranks): every instance, or the mix's total."""
+        return int(self.mix.sum())
+
+    def stream(self, epoch: int | None = None) -> EpochStream:
+        """The stream of ``epoch`` (default: the current one), before it is split over ranks."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._stream_cache is not None and self._stream_cache[0] == epoch:
+            return self._stream_cache[1]
+        # rounds of a quarter window: any window holds whole rounds, so every shard of its group
+        stream = epoch_stream(self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                              interleave=self.interleave, round_size=max(1, self.shuffle_buffer // 4),
+                              weights=self.weights, samples_per_epoch=self.samples_per_epoch)
+        self._stream_cache = (epoch, stream)
+        return stream
 
     def plan(self, epoch: int | None = None) -> RankPlan:
         """This rank's plan of ``epoch`` (default: the current one)."""
         rank, world = _resolve_rank(self._rank, self._world_size)
-        return plan_rank(self._counts, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                         shuffle=self.shuffle, rank=rank, world_size=world, pad_ranks=self.pad_ranks,
-                         window=self.shuffle_buffer)
+        epoch = self.epoch if epoch is None else epoch
+        return plan_rank(self.stream(epoch), seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
+                         world_size=world, pad_ranks=self.pad_ranks, window=self.shuffle_buffer,
+                         bins=self.bins, bin_batch=self.bin_batch_size or 0)
 
     def _runs(self, workers: int) -> tuple[RankPlan, np.ndarray, list[np.ndarray]]:
         """The plan, samples left per window and each worker's windows for the rest of the epoch."""
@@ -189,13 +261,22 @@ class MLMDataset(IterableDataset):
             raise ValueError(f"batches must be >= 0, got {batches}")
         return (max(1, int(num_workers)), int(batch_size), int(batches))
 
+    def _fingerprint(self) -> str:
+        if len(self.sources) == 1:
+            return self.prepared.fingerprint()
+        return hashlib.sha256(json.dumps([p.fingerprint() for p in self.sources]).encode()).hexdigest()
+
     def _settings(self) -> dict:
         return {
-            "fingerprint": self.prepared.fingerprint(),
+            "fingerprint": self._fingerprint(),
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shuffle_buffer": self.shuffle_buffer,
+            "interleave": self.interleave,
+            "mix": {"weights": self.weights, "samples_per_epoch": self.samples_per_epoch,
+                    "per_epoch": self.mix.tolist()},
             "pad_ranks": self.pad_ranks,
+            "length_bins": None if self.bins is None else [list(self.bins), self.bin_batch_size],
             "world_size": self.world_size,
         }
 
@@ -235,18 +316,29 @@ class MLMDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is None:
+            return self._iterate(0, 1, in_process=True)
+        return self._iterate(info.id, info.num_workers, in_process=False)
+
+    def iter_worker(self, worker: int, num_workers: int) -> Iterator[dict]:
+        """The samples DataLoader worker ``worker`` of ``num_workers`` emits from the recorded
+        position (what a benchmark or a custom loader needs; the position does not move)."""
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker must be in [0, {num_workers}), got {worker}")
+        return self._iterate(worker, num_workers, in_process=False)
+
+    def _iterate(self, worker: int, workers: int, *, in_process: bool) -> Iterator[dict]:
         plan, remaining, runs = self._runs(workers)
         sizes = plan.window_sizes
-        in_process = info is None
         if in_process:
             self._yielded, self._finished = 0, False
-        reader = ShardRowReader(self.prepared, verify=self.verify)
+        reader = ShardRowReader(self.sources, max_open=self.interleave, verify=self.verify)
         try:
             for w in runs[worker].tolist():
                 size = int(sizes[w])
                 batch, index, weight = self._read_window(plan, w, size, reader)
-                for k in plan.window_order(w, size)[size - int(remaining[w]):].tolist():
+                lengths = np.diff(batch.offsets) if plan.bins else None
+                for k in plan.window_order(w, size, lengths)[size - int(remaining[w]):].tolist():
                     if in_process:
                         self._yielded += 1
                     yield self._sample(batch, k, int(index[k]), float(weight[k]))
@@ -257,10 +349,33 @@ class MLMDataset(IterableDataset):
 
     @staticmethod
     def _read_window(plan: RankPlan, w: int, size: int, reader: ShardRowReader):
-        """The window's rows (stream order), their manifest indices and weights."""
+        """The window's rows (stream order), their global indices and weights.
+
+        An interleaved window holds a slice of each shard per round; consecutive rounds' slices of
+        a shard are contiguous rows, so they are read as one range (one read per shard and
+        window, not per round) and put back in stream order.
+        """
         pieces, index, weight = plan.window_rows(w, size)
-        batches = [reader.read(shard, start, stop) for shard, start, stop in pieces]
-        return (InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]), index, weight
+        if len(pieces) == 1:
+            return reader.read(*pieces[0]), index, weight
+        ranges: list[list[int]] = []  # merged [shard, start, stop, first piece], by shard and row
+        where = {}  # piece number -> (range number, offset in the range)
+        for p in sorted(range(len(pieces)), key=lambda p: pieces[p]):
+            shard, start, stop = pieces[p]
+            if ranges and ranges[-1][0] == shard and ranges[-1][2] == start:
+                ranges[-1][2] = stop
+                ranges[-1][3] = min(ranges[-1][3], p)
+            else:
+                ranges.append([shard, start, stop, p])
+            where[p] = (len(ranges) - 1, start - ranges[-1][1])
+        order = sorted(range(len(ranges)), key=lambda r: ranges[r][3])  # read in stream order
+        batches = [reader.read(*ranges[r][:3]) for r in order]
+        base = np.zeros(len(ranges), dtype=np.int64)
+        base[order] = np.cumsum([0] + [len(b) for b in batches])[:-1]
+        rows = np.concatenate([np.arange(n) + base[where[p][0]] + where[p][1]
+                               for p, n in enumerate(stop - start for _, start, stop in pieces)])
+        merged = InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]
+        return merged.take(rows), index, weight
 
     def _sample(self, batch: InstanceBatch, k: int, index: int, weight: float) -> dict:
         s, e = batch.offsets[k], batch.offsets[k + 1]
@@ -275,6 +390,7 @@ class MLMDataset(IterableDataset):
             "masked_lm_ids": batch.masked_lm_ids[ms:me],
             "next_sentence_label": nsp,
             "index": index,
+            "source": int(np.searchsorted(self._source_starts, index, side="right") - 1),
             "epoch": self.epoch,
             "weight": weight,
         }

@@ -1,19 +1,21 @@
 """Which samples a rank and its workers emit in an epoch, in which order, and where a resume starts.
 
-The order of one epoch, in four steps (all pure functions of the shard counts, ``seed``,
+The order of one epoch, in four steps (all pure functions of the shard counts, the mix, ``seed``,
 ``epoch`` and ``world_size``; never of the worker count, the machine or timing):
 
-1. **Shards.** The manifest's shards, permuted by ``(seed, epoch)`` when ``shuffle``. Their
-   instances concatenated in that order form the epoch's *stream* of ``N`` positions.
+1. **Stream.** The epoch's *stream* of ``N`` positions, each a row of a shard
+   (:mod:`.stream`): the rows each source contributes (all of them, or its weighted share), in
+   pieces permuted by ``(seed, epoch)`` and interleaved in groups of ``interleave`` pieces, so that
+   any stretch of a window's length holds rows of every piece of its group.
 2. **Ranks.** Rank ``r`` of ``R`` owns the contiguous stream slice ``[a_r, a_r + n_r)`` with
-   ``n_r = N // R + (r < N % R)``: every instance goes to exactly one rank, none is dropped or
+   ``n_r = N // R + (r < N % R)``: every position goes to exactly one rank, none is dropped or
    repeated, and rank sizes differ by at most one. With ``pad_ranks=True`` the shorter ranks get
    one extra *padding* sample (a copy of the stream's next instance, ``weight`` 0, no labels), so
    every rank has ``ceil(N / R)`` samples and, for equal ``num_workers`` and ``batch_size``, the
    same number of batches (what DDP needs to keep its collectives in step).
 3. **Windows.** A rank's slice is cut into windows of ``shuffle_buffer`` consecutive samples (the
-   last one shorter). A window is read (only the row groups / records it covers) and emitted in
-   a random order drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
+   last one shorter). A window is read (only the rows it covers) and emitted in a random order
+   drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
 4. **Workers.** The windows still to read are split into ``num_workers`` contiguous runs, balanced
    by sample count. Each DataLoader worker reads only its run; the DataLoader interleaves the
    workers' batches round robin (skipping exhausted workers), which is deterministic.
@@ -41,13 +43,17 @@ from typing import Sequence
 
 import numpy as np
 
+from mlm_pipeline.torch.stream import EpochStream
+
 __all__ = [
     "STATE_VERSION",
     "RankPlan",
     "Schedule",
     "Segment",
     "balanced_runs",
+    "binned_order",
     "count_batches",
+    "length_bins",
     "make_state",
     "plan_rank",
     "read_state",
@@ -55,9 +61,9 @@ __all__ = [
     "replay",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: interleaved streams and mixing (version 1 states ordered epochs otherwise)
 Segment = tuple[int, int, int]  # (num_workers, batch_size, batches) consumed from one DataLoader pass
-_SHARD_STREAM, _WINDOW_STREAM = 1, 2
+_WINDOW_STREAM, _BIN_STREAM = 2, 5
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -71,9 +77,7 @@ class RankPlan:
     seed: int
     epoch: int
     shuffle: bool
-    shard_starts: np.ndarray  # [S + 1] manifest index where each shard (manifest order) starts
-    order: np.ndarray  # shard indices in stream order
-    stream_starts: np.ndarray  # [S + 1] stream position where each (ordered) shard starts
+    stream: EpochStream  # which shard row stands at each stream position
     total: int  # N
     start: int  # a_r
     real: int  # n_r: real samples of this rank
@@ -88,50 +92,107 @@ class RankPlan:
             sizes[-1] = self.length - (n - 1) * self.window
         return sizes
 
-    def window_order(self, w: int, size: int) -> np.ndarray:
-        """Positions ``0..size-1`` of window ``w`` in the order it emits them."""
+    bins: tuple[int, ...] | None = None  # length bins' upper bounds (inclusive), ascending
+    bin_batch: int = 0  # batch size the bins are cut for (divides ``window``)
+
+    def window_order(self, w: int, size: int, lengths: np.ndarray | None = None) -> np.ndarray:
+        """Positions ``0..size-1`` of window ``w`` in the order it emits them.
+
+        With length bins, ``lengths`` (the window's sample lengths, stream order) group the
+        shuffled window into batches of one bin each (:func:`binned_order`).
+        """
         if not self.shuffle:
-            return np.arange(size)
-        return _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
+            order = np.arange(size)
+        else:
+            order = _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
+        if self.bins is None:
+            return order
+        if lengths is None:
+            raise ValueError("a binned window's order needs its sample lengths")
+        return binned_order(order, np.asarray(lengths), self.bins, self.bin_batch,
+                            _rng(self.seed, self.epoch, _BIN_STREAM, w))
 
     def window_rows(self, w: int, size: int) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
         """What window ``w`` (of ``size`` samples) reads: its rows and what they are.
 
         Returns the runs of consecutive rows to read, in stream order, as ``(shard, row start,
-        row stop)`` (shard numbers in manifest order), then each sample's manifest index and its
-        weight (0 for a padding sample, which repeats the stream's next instance).
+        row stop)`` (global shard numbers: the sources' shards in manifest order, concatenated),
+        then each sample's global index and its weight (0 for a padding sample, which repeats the
+        stream's next instance).
         """
         j = np.arange(w * self.window, w * self.window + size, dtype=np.int64)
         g = (self.start + j) % max(self.total, 1)
-        slot = np.searchsorted(self.stream_starts, g, side="right") - 1
-        row = g - self.stream_starts[slot]
-        breaks = np.flatnonzero((slot[1:] != slot[:-1]) | (row[1:] != row[:-1] + 1)) + 1
+        shard, row = self.stream.locate(g)
+        breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (row[1:] != row[:-1] + 1)) + 1
         pieces = [
-            (int(self.order[slot[a]]), int(row[a]), int(row[a]) + int(b - a))
+            (int(shard[a]), int(row[a]), int(row[a]) + int(b - a))
             for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [size]]))
         ]
-        index = self.shard_starts[self.order[slot]] + row
+        index = self.stream.global_index(shard, row)
         weight = (j < self.real).astype(np.float32)
         return pieces, index, weight
 
 
-def plan_rank(counts: np.ndarray, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
-              pad_ranks: bool, window: int) -> RankPlan:
-    """The plan of ``rank`` for ``epoch`` over shards of ``counts`` instances (manifest order)."""
+def binned_order(order: np.ndarray, lengths: np.ndarray, bins: Sequence[int], batch: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``order`` (a window's shuffled positions) regrouped into batches of one length bin.
+
+    Each bin's samples, in ``order``, are cut into full batches of ``batch``. The batches are
+    emitted one at a time, the bin of each drawn with probability proportional to the samples
+    the bin still has (LDDL's rule); the draws come from ``rng``, which is the same on every
+    rank for the same window number, so ranks whose bins hold similar shares pick the same bin
+    (inverse-CDF coupling). What is left of each bin (under ``batch`` samples) follows, sorted
+    by length, so those few batches hold neighbouring lengths. The result is a permutation of
+    ``order``; it depends on the window's data, never on the worker count.
+    """
+    b = np.searchsorted(np.asarray(bins), lengths[order], side="left")
+    full: list[list[np.ndarray]] = []
+    rest = []
+    for k in range(len(bins) + 1):
+        members = order[b == k]
+        n = len(members) // batch * batch
+        full.append(list(members[:n].reshape(-1, batch)))
+        rest.append(members[n:])
+    left = np.array([len(f) for f in full], dtype=np.float64)
+    out, taken = [], [0] * len(full)
+    for u in rng.random(int(left.sum())):
+        cdf = np.cumsum(left) / left.sum()
+        k = min(int(np.searchsorted(cdf, u, side="right")), len(full) - 1)
+        while left[k] == 0:  # float edge: step back to a bin that has batches
+            k -= 1
+        out.append(full[k][taken[k]])
+        taken[k] += 1
+        left[k] -= 1
+    tail = np.concatenate(rest) if rest else np.zeros(0, np.int64)
+    tail = tail[np.argsort(lengths[tail], kind="stable")]
+    return np.concatenate(out + [tail]).astype(np.int64) if out else tail.astype(np.int64)
+
+
+def length_bins(bins: int | Sequence[int], max_length: int | None) -> tuple[int, ...]:
+    """Upper bounds of length bins: ``n`` equal bins up to ``max_length`` (multiples of 8), or as given."""
+    if isinstance(bins, int) and not isinstance(bins, bool):
+        if bins < 1 or not max_length:
+            raise ValueError(f"length_bins={bins} needs bins >= 1 and the output's max_seq_length")
+        edges = sorted({min(max_length, -(-max_length * (i + 1) // bins // 8) * 8) for i in range(bins)})
+        return tuple(int(e) for e in edges)
+    edges = [int(e) for e in bins]
+    if not edges or edges != sorted(set(edges)) or edges[0] < 1:
+        raise ValueError(f"length_bins must be an int or increasing positive upper bounds, got {bins!r}")
+    return tuple(edges)
+
+
+def plan_rank(stream: EpochStream, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
+              pad_ranks: bool, window: int, bins: tuple[int, ...] | None = None, bin_batch: int = 0) -> RankPlan:
+    """The plan of ``rank`` for ``epoch`` over the epoch's ``stream``."""
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
-    counts = np.asarray(counts, dtype=np.int64)
-    order = np.arange(len(counts))
-    if shuffle and len(counts):
-        order = _rng(seed, epoch, _SHARD_STREAM).permutation(len(counts))
-    stream_starts = np.concatenate([[0], np.cumsum(counts[order])])
-    n = int(stream_starts[-1])
+    n = stream.total
     q, extra = divmod(n, world_size)
     real = q + (rank < extra)
     length = (q + (extra > 0)) if (pad_ranks and n) else real
-    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, shard_starts=np.concatenate([[0], np.cumsum(counts)]),
-                    order=order, stream_starts=stream_starts, total=n, start=rank * q + min(rank, extra),
-                    real=real, length=length, window=window)
+    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, stream=stream, total=n,
+                    start=rank * q + min(rank, extra), real=real, length=length, window=window,
+                    bins=bins, bin_batch=bin_batch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +315,13 @@ def read_state(state: dict, settings: dict) -> tuple[int, list[Segment]]:
 
     ``ValueError`` if it is not such a state or was made for other data or settings.
     """
+    if isinstance(state, dict) and isinstance(state.get("version"), int) and "consumed" in state \
+            and state["version"] < STATE_VERSION:
+        raise ValueError(
+            f"cannot resume: this state was saved by an older loader (state version {state['version']}, now "
+            f"{STATE_VERSION}) whose epochs were ordered otherwise; its position does not apply to this loader's "
+            "order. Start the epoch afresh (set_epoch) or finish it with the older version."
+        )
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise ValueError(f"not an MLMDataset state (version {STATE_VERSION}): {state!r:.200}")
     wrong = [f"{k}: saved {state.get(k)!r}, now {v!r}" for k, v in settings.items() if state.get(k) != v]

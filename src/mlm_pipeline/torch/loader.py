@@ -45,6 +45,9 @@ class MLMDataLoader:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if dataset.bin_batch_size and dataset.bin_batch_size != batch_size:
+            raise ValueError(f"the dataset's length bins are cut into batches of {dataset.bin_batch_size}, "
+                             f"not {batch_size}: give both the same batch size")
         self.dataset = dataset
         self.batch_size = batch_size
         self.collate_fn = collate_fn

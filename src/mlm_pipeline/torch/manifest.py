@@ -3,7 +3,7 @@
 :func:`load_prepared` reads ``OUTPUT/manifest.json`` into a :class:`PreparedOutput`. The shards are
 read by the reader of the format the manifest records (``format``, looked up in
 :mod:`mlm_pipeline.formats`), never chosen by file name; :class:`ShardRowReader` reads row ranges
-of them, keeping the last shard open. Nothing here imports torch.
+of them, keeping the most recently read shards open. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,35 +161,43 @@ def verify_shard(entry: ShardEntry, check: str) -> None:
 
 
 class ShardRowReader:
-    """Reads rows ``[start, stop)`` of a prepared output's shards, keeping the last shard open.
+    """Reads rows ``[start, stop)`` of the shards of one or more prepared outputs.
 
-    Reading goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only
-    the row groups a range overlaps, TFRecord skips the records before it by their headers. Each
-    shard is checked against the manifest when this process first opens it (``verify``, see
+    Shards are numbered globally: the outputs' shards in manifest order, concatenated. Up to
+    ``max_open`` shards stay open (the least recently read is closed first), so a worker that
+    reads a little of many shards in turn, as an interleaved epoch does, opens each once. Reading
+    goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only the row
+    groups a range overlaps (and keeps the last one for the next range), TFRecord skips the
+    records before it by their headers and reads on from where the previous range ended. Each
+    shard is checked against its manifest when this process first opens it (``verify``, see
     :func:`verify_shard`).
     """
 
-    def __init__(self, prepared: PreparedOutput, *, verify: str = "sha256"):
+    def __init__(self, prepared: PreparedOutput | list[PreparedOutput], max_open: int = 1, *,
+                 verify: str = "sha256"):
         from mlm_pipeline.verify import CHECKS
 
         if verify not in CHECKS:
             raise ValueError(f"verify must be one of {', '.join(CHECKS)}, got {verify!r}")
-        self._prepared = prepared
         self._verify = verify
-        self._shard: int | None = None
-        self._rows: ShardRows | None = None
+        outputs = prepared if isinstance(prepared, (list, tuple)) else [prepared]
+        self._shards = [(out.format, entry) for out in outputs for entry in out.shards]
+        self._max_open = max(1, max_open)
+        self._open: OrderedDict[int, ShardRows] = OrderedDict()
 
     def read(self, shard: int, start: int, stop: int) -> InstanceBatch:
-        """Rows ``[start, stop)`` of shard number ``shard`` (manifest order)."""
+        """Rows ``[start, stop)`` of shard number ``shard``."""
         if stop <= start:
             return InstanceBatch.empty()
-        entry = self._prepared.shards[shard]
-        if shard != self._shard:
-            self.close()
+        fmt, entry = self._shards[shard]
+        rows = self._open.pop(shard, None)
+        if rows is None:
+            while len(self._open) >= self._max_open:
+                self._open.popitem(last=False)[1].close()
             verify_shard(entry, self._verify)
-            self._rows = self._prepared.format.rows(entry.url)
-            self._shard = shard
-        batch = self._rows.read(start, stop)
+            rows = fmt.rows(entry.url)
+        self._open[shard] = rows
+        batch = rows.read(start, stop)
         if len(batch) != stop - start:
             raise ValueError(
                 f"{entry.url}: expected rows {start}..{stop} but read {len(batch)} "
@@ -197,7 +206,5 @@ class ShardRowReader:
         return batch
 
     def close(self) -> None:
-        if self._rows is not None:
-            self._rows.close()
-        self._rows = None
-        self._shard = None
+        while self._open:
+            self._open.popitem(last=False)[1].close()

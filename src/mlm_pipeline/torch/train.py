@@ -14,11 +14,15 @@ after, timings), ``checkpoints/`` (Lightning checkpoints, with the data loader's
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import logging
 import math
 import os
+import sys
 import time
+import warnings
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,7 +60,8 @@ class TrainConfig:
     resume: str | None = None  # a checkpoint to continue from
     tokenizer: str | None = None  # default: the one in the manifest
     threads: int | None = None  # torch.set_num_threads
-    log_every: int = 10
+    log_every: int = 10  # a loss line every N steps when no progress bar is shown (0: none)
+    progress: bool | None = None  # a progress bar with the loss; None: when stderr is a terminal
 
     def validate(self) -> None:
         positive = {"steps": self.steps, "batch_size": self.batch_size, "layers": self.layers,
@@ -130,7 +135,7 @@ def _lightning_module_class():
 
         def training_step(self, batch, batch_idx):
             losses = masked_lm_losses(self.model, batch)
-            self.log("loss", losses["loss"].detach(), prog_bar=False, on_step=True, batch_size=len(batch["input_ids"]))
+            self.log("loss", losses["loss"].detach(), prog_bar=True, on_step=True, batch_size=len(batch["input_ids"]))
             return losses
 
         def configure_optimizers(self):
@@ -151,6 +156,30 @@ def _lightning_module_class():
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     return TinyBert
+
+
+# what Lightning says that a user of `mlm-pipeline train` has no use for: its hardware summary and
+# tips (INFO log records), a warning about our IterableDataset's __len__ (the loader shards the data
+# across workers itself, so the length is exact) and deprecations inside Lightning itself
+_LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
+_LIGHTNING_WARNINGS = (r".*`IterableDataset` has `__len__` defined", r".*LeafSpec.*is deprecated",
+                       r".*does not have many workers which may be a bottleneck")
+
+
+@contextlib.contextmanager
+def _quiet_lightning():
+    loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            for message in _LIGHTNING_WARNINGS:
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _loss_log_callback(path: Path, log_every: int):
@@ -275,20 +304,26 @@ def main(config: TrainConfig) -> dict:
     log_path = out / "loss.csv"
     if log_path.exists() and not config.resume:
         log_path.unlink()
-    loss_log = _loss_log_callback(log_path, config.log_every)
+    bar = sys.stderr.isatty() if config.progress is None else config.progress
+    loss_log = _loss_log_callback(log_path, 0 if bar else config.log_every)  # the bar shows the loss
     callbacks = [loss_log]
     if config.save_every:
         callbacks.append(ModelCheckpoint(dirpath=out / "checkpoints", filename="step={step}", every_n_train_steps=config.save_every,
                                          save_top_k=-1, auto_insert_metric_name=False, save_last=False))
-    trainer = pl.Trainer(
-        max_steps=config.steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=bool(config.save_every),
-        callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
-    )
-    started = time.perf_counter()
-    # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
-    trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
-    seconds = time.perf_counter() - started
+    if bar:
+        from pytorch_lightning.callbacks import TQDMProgressBar
+
+        callbacks.append(TQDMProgressBar(refresh_rate=1))
+    with _quiet_lightning():
+        trainer = pl.Trainer(
+            max_steps=config.steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
+            enable_progress_bar=bar, enable_model_summary=False, enable_checkpointing=bool(config.save_every),
+            callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
+        )
+        started = time.perf_counter()
+        # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
+        trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
+        seconds = time.perf_counter() - started
     (out / "checkpoints").mkdir(exist_ok=True)
     trainer.save_checkpoint(out / "checkpoints" / "last.ckpt", weights_only=False)
     from transformers.utils import logging as hf_logging

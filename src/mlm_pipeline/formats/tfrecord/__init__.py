@@ -15,6 +15,7 @@ ranges for the loader: records before the range skipped by their headers) and :d
 
 from __future__ import annotations
 
+import io
 import itertools
 from typing import BinaryIO
 
@@ -96,7 +97,9 @@ class TFRecordRows:
     """Rows ``[start, stop)`` of one TFRecord shard, the file kept open between reads.
 
     Records before a range are skipped by their length headers (their data is not read when the
-    file can seek); reading on from where the previous range ended needs no skip at all.
+    file can seek; a local file is skipped through unbuffered reads of the 12-byte headers, so a
+    reader that starts in the middle of a shard reads little more than its own records); reading
+    on from where the previous range ended needs no skip at all.
     """
 
     def __init__(self, url: str):
@@ -104,11 +107,28 @@ class TFRecordRows:
         self._file = None
         self._next_record = 0
 
+    def _open(self) -> None:
+        if fs.is_local(self._url):
+            path = self._url[len("file://"):] if self._url.startswith("file://") else self._url
+            self._file = io.BufferedReader(open(path, "rb", buffering=0))
+        else:
+            self._file = fs.open_ranges(self._url)
+
+    def _skip(self, n: int) -> int:
+        if isinstance(self._file, io.BufferedReader) and n > 0:
+            position = self._file.tell()
+            raw = self._file.detach()  # what the buffer read ahead is dropped, not re-read
+            raw.seek(position)
+            skipped = skip_records(raw, n)
+            self._file = io.BufferedReader(raw)
+            return skipped
+        return skip_records(self._file, n)
+
     def read(self, start: int, stop: int) -> InstanceBatch:
         if self._file is None or start < self._next_record:
             self.close()
-            self._file = fs.open_url(self._url, "rb")
-        skipped = skip_records(self._file, start - self._next_record)
+            self._open()
+        skipped = self._skip(start - self._next_record)
         self._next_record += skipped
         if self._next_record < start:
             raise ValueError(f"{self._url}: ends after {self._next_record} records, record {start} requested")

@@ -28,14 +28,17 @@ def _share(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
 
 
-def render_summary(manifest: dict, output: str) -> str:
+def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
+    """A few lines on an output; ``wrote=False`` when this command found it written already."""
     t = manifest["totals"]
     skipped = t.get("documents_skipped", {})
     skipped_text = ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())) or "none"
     files_skipped = t.get("files_skipped", {})
     lines = [
-        f"wrote {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
-        f"{t.get('bytes_written', 0) / 1e6:,.1f} MB -> {output}",
+        (f"wrote {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
+         f"{t.get('bytes_written', 0) / 1e6:,.1f} MB -> {output}" if wrote else
+         f"{output} holds {t.get('instances', 0):,} instances in {t.get('shards', 0)} shard(s), "
+         f"{t.get('bytes_written', 0) / 1e6:,.1f} MB"),
         f"  documents read {t.get('documents_read', 0):,}; skipped: {skipped_text}",
         f"  sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}, "
         f"masked tokens {t.get('masked_tokens', 0):,}",
@@ -60,19 +63,42 @@ def warnings(manifest: dict) -> list[str]:
     out = []
     if not t.get("documents_read"):
         out.append("no document was read: every input was empty, blank or skipped (counts above)")
-    tokens, unknown = t.get("tokens", 0), t.get("unknown_tokens", 0)
+    tokens, unknown = t.get("tokens", 0), t.get("unk_tokens", 0)
     if tokens and unknown / tokens > UNKNOWN_SHARE_WARNING:
         out.append(f"{unknown / tokens:.0%} of the tokens are [UNK]: the vocabulary does not fit this text "
                    "(another vocabulary, --do-lower-case to match it, or train one with mlm-pipeline vocab)")
     return out
 
 
+UNTRACKED = "not tracked in reference mode"
+
+
+def _count(t: dict, key: str, note: str = UNTRACKED) -> str:
+    """A count of the totals, or why there is none (reference modes count less than the default)."""
+    return f"{t[key]:,}" if key in t else note
+
+
 def _pair_lines(t: dict) -> list[str]:
     inst = t.get("instances", 0)
+    lines = [f"  random-next (NSP label 1): {t.get('random_next', 0):,} ({_share(t.get('random_next', 0), inst)})"]
+    if "short_target_documents" not in t and "truncated_pairs" not in t:
+        lines.append(f"  documents with a short target length, truncated pairs: {UNTRACKED}")
+    else:
+        lines.append(f"  documents with a short target length: {_count(t, 'short_target_documents')}; "
+                     f"truncated pairs: {_count(t, 'truncated_pairs')}")
+    return lines
+
+
+def _masking_lines(manifest: dict, t: dict) -> list[str]:
+    """How masks were drawn, or that the shards hold none (the training loader masks them)."""
+    if manifest.get("masking") == "none":
+        return ["  masks: none in the shards (--masking none): the training loader masks at load time"]
+    masked, inst = t.get("masked_tokens", 0), t.get("instances", 0)
     return [
-        f"  random-next (NSP label 1): {t.get('random_next', 0):,} ({_share(t.get('random_next', 0), inst)})",
-        f"  documents with a short target length: {t.get('short_target_documents', 0):,}; "
-        f"truncated pairs {t.get('truncated_pairs', 0):,}",
+        f"  masked tokens {masked:,} ({masked / max(1, inst):.2f} per instance): "
+        f"[MASK] {_share(t.get('masked_as_mask_token', 0), masked)}, "
+        f"random {_share(t.get('masked_as_random_token', 0), masked)}, "
+        f"kept {_share(t.get('masked_kept', 0), masked)}",
     ]
 
 
@@ -89,7 +115,6 @@ def _electra_lines(t: dict) -> list[str]:
 
 def render_report(manifest: dict) -> str:
     t = manifest["totals"]
-    masked = t.get("masked_tokens", 0)
     inst = t.get("instances", 0)
     lines = [
         f"mlm-pipeline {manifest.get('version')}  format {manifest.get('format')}  "
@@ -106,23 +131,37 @@ def render_report(manifest: dict) -> str:
     lines.append(f"  documents seen {read + sum(skipped.values()):,}: read {read:,}, skipped {sum(skipped.values()):,}")
     for reason, count in sorted(skipped.items()):
         lines.append(f"    skipped documents ({reason}): {count:,}")
-    lines.append(f"  sentences {t.get('sentences', 0):,}, tokens {t.get('tokens', 0):,}")
+    lines.append(f"  sentences {t.get('sentences', 0):,}, tokens of the documents read {t.get('tokens', 0):,}")
     if t.get("documents_with_replaced_bytes"):
         lines.append(f"  documents with invalid UTF-8 replaced: {t['documents_with_replaced_bytes']:,}")
     lines += [
         "",
         "output",
         f"  instances {inst:,} in {t.get('shards', 0)} shards ({t.get('bytes_written', 0):,} bytes)",
-        *(_electra_lines(t) if "single_segment" in t else _pair_lines(t)),
-        f"  masked tokens {masked:,} ({masked / max(1, inst):.2f} per instance): "
-        f"[MASK] {_share(t.get('masked_as_mask_token', 0), masked)}, "
-        f"random {_share(t.get('masked_as_random_token', 0), masked)}, "
-        f"kept {_share(t.get('masked_kept', 0), masked)}",
+        *(_electra_lines(t) if "single_segment" in t else _pair_lines(t) if "random_next" in t else []),
+        *_masking_lines(manifest, t),
         "",
         "instance length (tokens incl. [CLS]/[SEP])",
         *_hist_lines(t.get("instance_length_histogram", {})),
-        "",
-        "masked positions per instance",
-        *_hist_lines(t.get("masked_per_instance_histogram", {})),
     ]
+    if manifest.get("masking") != "none":
+        lines += ["", "masked positions per instance", *_hist_lines(t.get("masked_per_instance_histogram", {}))]
+    lines += _random_next_warning(manifest)
     return "\n".join(lines)
+
+
+RANDOM_NEXT_WARNING_SHARE = 0.70
+
+
+def _random_next_warning(manifest: dict) -> list[str]:
+    """A flag when far more than half of the NSP pairs are random-next (Google's algorithm gives
+    about half on documents of several sentences): the sign of one-sentence documents, such as a
+    paragraph per line read as a sentence per line."""
+    t = manifest["totals"]
+    inst, random_next = t.get("instances", 0), t.get("random_next")
+    if "single_segment" in t or not inst or random_next is None or random_next / inst <= RANDOM_NEXT_WARNING_SHARE:
+        return []
+    hint = ("" if manifest.get("config", {}).get("sentence_split") else
+            "; for text with a paragraph per line, --sentence-split splits lines into sentences")
+    return ["", f"warning: {random_next / inst:.1%} of the pairs are random-next (over "
+                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most documents have a single sentence{hint}"]

@@ -1,0 +1,152 @@
+"""What ``mlm-pipeline report --json`` prints, and what the HTML page and the PNGs plot.
+
+:func:`report_data` turns a manifest into one JSON-ready dictionary. A statistic the run did not
+record is never shown as 0: it is left out of its section and listed under ``not_known`` with the
+reason (reference mode runs the reference's own algorithm and records less; an output made by an
+older version has no per-task timings or token counts; an objective without NSP has no
+random-next share).
+"""
+
+from __future__ import annotations
+
+REFERENCE_WHY = ("not tracked in reference mode: the reference implementation runs whole and "
+                 "reports only its instances, tokens and masks")
+OLDER_WHY = "not recorded in this output (written by an older version of mlm-pipeline)"
+TOP_SHOWN = 25
+"""Most frequent tokens listed (and plotted)."""
+
+# statistics of the default mode that a reference-mode run does not record
+_PAIR_DETAILS = ("short_target_documents", "truncated_pairs", "chunks_without_pair")
+
+
+def _hist(counts: dict | None) -> dict[int, int] | None:
+    if counts is None:
+        return None
+    return {int(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: int(kv[0]))}
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _missing_why(manifest: dict) -> str:
+    return REFERENCE_WHY if manifest.get("reference_mode") else OLDER_WHY
+
+
+def _token_section(manifest: dict, totals: dict, not_known: dict) -> dict:
+    tokens = totals.get("tokens", 0)
+    out: dict = {"tokens": tokens}
+    if "unk_tokens" in totals:
+        out["unk_tokens"] = totals["unk_tokens"]
+        out["unk_rate"] = _share(totals["unk_tokens"], tokens)
+    else:
+        not_known["unk_rate"] = _missing_why(manifest)
+    if "top_token_counts" in totals:
+        top = sorted(totals["top_token_counts"].items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SHOWN]
+        out["top_tokens"] = [{"token": t, "count": c, "share": _share(c, tokens)} for t, c in top]
+        out["top_tokens_note"] = ("each task records its 500 most frequent input tokens and the run sums them: "
+                                  "exact for tokens frequent in every task, a lower bound otherwise")
+    else:
+        not_known["top_tokens"] = _missing_why(manifest)
+    return out
+
+
+def _pairs_section(manifest: dict, totals: dict, not_known: dict) -> dict:
+    instances = totals.get("instances", 0)
+    out: dict = {}
+    if "random_next" in totals:
+        out["random_next"] = totals["random_next"]
+        out["actual_next"] = instances - totals["random_next"]
+        out["random_next_share"] = _share(totals["random_next"], instances)
+        for key in _PAIR_DETAILS:
+            if key in totals:
+                out[key] = totals[key]
+            else:
+                not_known[key] = _missing_why(manifest)
+    else:
+        not_known["random_next_share"] = f"the objective {manifest.get('objective')!r} makes no next-sentence pairs"
+    for key in ("single_segment", "one_segment_draws", "random_target", "truncated_examples", "dropped_tokens"):
+        if key in totals:  # ELECTRA's examples
+            out[key] = totals[key]
+    return out
+
+
+def _masking_section(manifest: dict, totals: dict, not_known: dict) -> dict:
+    masked, instances = totals.get("masked_tokens", 0), totals.get("instances", 0)
+    if manifest.get("masking") not in (None, "static"):
+        not_known["masked_per_instance"] = (f"masking {manifest.get('masking')!r}: the training loader masks at "
+                                            "load time, the shards hold no masks")
+        return {}
+    return {
+        "masked_tokens": masked,
+        "masked_per_instance_mean": _share(masked, instances),
+        "as_mask_token": _share(totals.get("masked_as_mask_token", 0), masked),
+        "as_random_token": _share(totals.get("masked_as_random_token", 0), masked),
+        "kept": _share(totals.get("masked_kept", 0), masked),
+        "masked_per_instance_histogram": _hist(totals.get("masked_per_instance_histogram")),
+    }
+
+
+def _length_section(manifest: dict, totals: dict) -> dict:
+    hist = _hist(totals.get("instance_length_histogram")) or {}
+    count = sum(hist.values())
+    total = sum(k * v for k, v in hist.items())
+    max_len = manifest.get("config", {}).get("max_seq_length")
+    out = {"instance_length_histogram": hist, "max_seq_length": max_len,
+           "mean_length": _share(total, count)}
+    if max_len and count:
+        out["padding_share"] = 1 - total / (count * max_len)  # of a TFRecord's fixed-size rows
+        out["full_length_share"] = hist.get(max_len, 0) / count
+    return out
+
+
+def _task_section(manifest: dict, not_known: dict) -> list[dict]:
+    rows = manifest.get("task_timings")
+    if not rows or any(r.get("seconds") is None for r in rows):
+        not_known["task_throughput"] = OLDER_WHY
+        return []
+    starts = [r["started"] for r in rows if r.get("started") is not None]
+    t0 = min(starts) if starts else None
+    out = []
+    for r in rows:
+        seconds = r["seconds"]
+        out.append({**r, "start_offset": None if r.get("started") is None or t0 is None else r["started"] - t0,
+                    "mb_per_s": _share(r["bytes_read"] / 1e6, seconds),
+                    "tokens_per_s": _share(r["tokens"], seconds)})
+    return out
+
+
+def report_data(manifest: dict) -> dict:
+    """Everything ``report`` shows, as plain JSON types; ``not_known`` maps each statistic the run
+    did not record to the reason."""
+    totals = manifest.get("totals", {})
+    not_known: dict[str, str] = {}
+    skipped_docs = dict(totals.get("documents_skipped", {}))
+    data = {
+        "run": {key: manifest.get(key) for key in ("version", "created", "format", "objective", "masking",
+                                                    "reference_mode", "tokenizer_fingerprint", "tasks",
+                                                    "split_bytes", "tokenizer_backend")},
+        "input": {
+            "files": len(manifest.get("inputs", [])),
+            "bytes_read": totals.get("bytes_read", 0),
+            "documents_read": totals.get("documents_read", 0),
+            "sentences": totals.get("sentences", 0),
+            "documents_with_replaced_bytes": totals.get("documents_with_replaced_bytes", 0),
+        },
+        "skips": {"documents": skipped_docs, "files": dict(totals.get("files_skipped", {})),
+                  "skipped_files": manifest.get("skipped_files", [])},
+        "output": {"instances": totals.get("instances", 0), "shards": totals.get("shards", 0),
+                   "bytes_written": totals.get("bytes_written", 0)},
+        "lengths": _length_section(manifest, totals),
+    }
+    data["tokens"] = _token_section(manifest, totals, not_known)
+    data["pairs"] = _pairs_section(manifest, totals, not_known)
+    data["masking"] = _masking_section(manifest, totals, not_known)
+    data["tasks"] = _task_section(manifest, not_known)
+    data["settings"] = manifest.get("config", {})
+    data["not_known"] = not_known
+    data["totals"] = totals
+    return data
+
+
+__all__ = ["report_data"]

@@ -1,0 +1,176 @@
+"""``report --json`` and ``report --png``: every figure checked against the shards and the input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT, bert_text_documents
+
+REFERENCE_WHY = "not tracked in reference mode"
+
+
+def cli(*args, check_code: int = 0):
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """WikiText and Google's sample in 256 KB tasks, an empty file skipped; Parquet, static masks."""
+    d = tmp_path_factory.mktemp("report")
+    (d / "empty.txt").write_bytes(b"")
+    out = d / "out"
+    cli("prepare", WIKITEXT, SAMPLE_TEXT, d / "empty.txt", "-o", out, "-t", VOCAB, "--format", "parquet",
+        "--split-size", "256KB", "--no-progress")
+    return out
+
+
+def _rows(out: Path) -> dict:
+    manifest = json.loads((out / "manifest.json").read_text())
+    tables = [pq.read_table(out / s["path"]).to_pydict() for s in manifest["shards"]]
+    return {k: [v for t in tables for v in t[k]] for k in tables[0]}
+
+
+def test_report_json_matches_the_shards_and_the_input(prepared, tok):
+    data = json.loads(cli("report", prepared, "--json").stdout)
+    rows = _rows(prepared)
+    n = len(rows["input_ids"])
+    assert data["output"]["instances"] == n > 1000
+    lengths = np.array([len(x) for x in rows["input_ids"]])
+    assert data["lengths"]["instance_length_histogram"] == {str(k): int(v) for k, v in zip(*np.unique(lengths, return_counts=True))}
+    assert data["lengths"]["max_seq_length"] == 128
+    assert data["lengths"]["padding_share"] == pytest.approx(1 - lengths.sum() / (n * 128))
+    masked = np.array([len(x) for x in rows["masked_lm_positions"]])
+    assert data["masking"]["masked_per_instance_histogram"] == {str(k): int(v) for k, v in zip(*np.unique(masked, return_counts=True))}
+    assert data["masking"]["masked_tokens"] == masked.sum()
+    labels = np.array(rows["next_sentence_labels"])
+    assert data["pairs"]["random_next"] == int((labels == 1).sum())
+    assert data["pairs"]["random_next_share"] == pytest.approx(float((labels == 1).mean()))
+    # the input tokens, counted here with the tokenizer itself
+    ids, _ = tok.encode_batch([s for path in (WIKITEXT, SAMPLE_TEXT) for doc in bert_text_documents(path) for s in doc])
+    counts = np.bincount(ids, minlength=tok.vocab_size)
+    unk = tok.tokenizer.token_to_id("[UNK]")
+    assert data["tokens"]["tokens"] == len(ids)
+    assert data["tokens"]["unk_tokens"] == counts[unk] > 0
+    assert data["tokens"]["unk_rate"] == pytest.approx(counts[unk] / len(ids))
+    top = [(t["token"], t["count"]) for t in data["tokens"]["top_tokens"]]
+    expected = [(tok.tokenizer.id_to_token(int(i)), int(counts[i])) for i in np.argsort(-counts, kind="stable")[:len(top)]]
+    assert len(top) == 25 and top == expected  # these are frequent in every task: exact sums
+    kept = list(json.loads((prepared / "manifest.json").read_text())["totals"]["top_token_counts"].values())
+    assert len(kept) == 1000 and kept == sorted(kept, reverse=True)  # the manifest keeps the 1000 most frequent
+    # skips, per-task timings, settings; nothing unknown in the default mode
+    assert data["skips"]["files"] == {"empty_file": 1} and data["skips"]["documents"] == {}
+    tasks = data["tasks"]
+    assert len(tasks) == data["run"]["tasks"] >= 4
+    assert sum(t["bytes_read"] for t in tasks) == data["input"]["bytes_read"]
+    assert sum(t["instances"] for t in tasks) == n
+    assert all(t["seconds"] > 0 and t["started"] > 1.7e9 and t["mb_per_s"] > 0 for t in tasks)
+    assert min(t["start_offset"] for t in tasks) == 0
+    assert data["settings"]["max_seq_length"] == 128 and data["settings"]["format"] == "parquet"
+    assert data["not_known"] == {}
+
+
+def test_report_png_writes_one_image_per_plot(prepared, tmp_path):
+    from PIL import Image
+
+    r = cli("report", prepared, "--png", tmp_path / "png")
+    names = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert names == sorted(f"{n}.png" for n in ("instance_length", "tokens_per_instance", "masked_per_instance",
+                                                 "random_next", "task_throughput", "skips", "top_tokens"))
+    for name in names:
+        with Image.open(tmp_path / "png" / name) as im:
+            assert im.format == "PNG" and im.width >= 700 and im.height >= 150
+            assert np.asarray(im.convert("L")).std() > 10  # something is drawn
+        assert f"wrote {tmp_path / 'png' / name}" in r.stdout
+    assert "instance length" in r.stdout  # the text report too
+
+
+def test_report_says_what_reference_mode_does_not_record(tmp_path):
+    out = tmp_path / "ref"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--reference", "--no-progress")
+    data = json.loads(cli("report", out, "--json", "--html", tmp_path / "r.html").stdout)
+    known = data["not_known"]
+    assert set(known) == {"unk_rate", "top_tokens", "short_target_documents", "truncated_pairs", "chunks_without_pair"}
+    assert all(why.startswith(REFERENCE_WHY) for why in known.values())
+    # what is known is there, what is not is absent (never a 0)
+    assert "unk_rate" not in data["tokens"] and "top_tokens" not in data["tokens"]
+    assert "truncated_pairs" not in data["pairs"] and data["pairs"]["random_next"] > 0
+    assert data["tokens"]["tokens"] == 1019 and data["masking"]["masked_tokens"] > 0
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<img class='plot'") == 5  # no skips, no token counts
+    assert "Not known: not tracked in reference mode" in page
+
+
+def test_report_without_nsp_or_static_masks_names_the_reason(tmp_path):
+    out = tmp_path / "tokens"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--objective", "tokens", "--no-progress")
+    data = json.loads(cli("report", out, "--json").stdout)
+    assert "makes no next-sentence pairs" in data["not_known"]["random_next_share"]
+    assert "masks at load time" in data["not_known"]["masked_per_instance"]
+    assert data["masking"] == {} and "random_next" not in data["pairs"]
+
+
+def test_report_of_an_older_output_says_what_it_lacks(prepared):
+    """A manifest written before per-task timings and token counts existed: those are not known
+    (with the reason), and nothing else changes."""
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.data import OLDER_WHY
+    from mlm_pipeline.report.plots import make_plots
+
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    full = report_data(manifest)
+    old = {k: v for k, v in manifest.items() if k != "task_timings"}
+    old["totals"] = {k: v for k, v in manifest["totals"].items() if k not in ("unk_tokens", "top_token_counts")}
+    data = report_data(old)
+    assert data["not_known"] == {"task_throughput": OLDER_WHY, "unk_rate": OLDER_WHY, "top_tokens": OLDER_WHY}
+    assert data["tasks"] == [] and data["tokens"] == {"tokens": full["tokens"]["tokens"]}
+    assert {k: data[k] for k in ("lengths", "pairs", "masking", "skips", "settings")} == \
+        {k: full[k] for k in ("lengths", "pairs", "masking", "skips", "settings")}
+    assert [p.name for p in make_plots(data)] == ["instance_length", "tokens_per_instance", "masked_per_instance",
+                                                  "random_next", "skips"]
+
+
+def test_plots_without_matplotlib_say_which_extra(prepared, tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = sys.modules['matplotlib.figure'] = None; "
+            "from mlm_pipeline.cli import main; sys.argv[0] = 'mlm-pipeline'; main()")
+    proc = subprocess.run([sys.executable, "-c", code, "report", str(prepared), "--html", str(tmp_path / "r.html")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "plots need matplotlib" in proc.stderr and "'.[report]'" in proc.stderr
+    assert not (tmp_path / "r.html").exists()
+    proc = subprocess.run([sys.executable, "-c", code, "report", str(prepared), "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["output"]["instances"] > 0  # JSON needs no plots
+
+
+def test_plot_labels_and_many_tasks(prepared):
+    """Tokens no installed font can draw are labelled by code point, ``$`` is not math; a run of
+    thousands of tasks is drawn as a histogram and a scatter, quickly."""
+    import time
+
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.html import render_html
+    from mlm_pipeline.report.plots import make_plots, token_label
+
+    assert token_label("the") == "the" and token_label("##ing") == "##ing"
+    assert token_label("$") == "\\$" and token_label("a\u0378") == "aU+0378"  # (unassigned: no font has it)
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    many = dict(manifest, task_timings=[dict(t, task_id=f"{i:06d}", started=t["started"] + i)
+                                        for i in range(5000) for t in manifest["task_timings"][:1]])
+    data = report_data(many)
+    started = time.perf_counter()
+    plots = {p.name: p for p in make_plots(data)}
+    assert time.perf_counter() - started < 30 and len(data["tasks"]) == 5000
+    assert plots["task_throughput"].caption.startswith("5000 tasks")
+    page = render_html(data, list(plots.values()))
+    assert "<code>the</code>" in page and page.count("<tr><td><code>") == 25

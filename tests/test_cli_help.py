@@ -1,0 +1,54 @@
+"""``--help`` as a newcomer reads it on an ordinary terminal: short enough to read, grouped in
+panels, switches as switches, text as written (rich markup swallows no ``[torch]``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mlm_pipeline.cli_help import flag_text
+from mlm_pipeline.config import PANELS, PrepareConfig, settings_of
+
+COMMANDS = ("prepare", "inspect", "report", "train", "finalize", "vocab")
+
+
+def help_of(command: str, columns: int) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", command, "--help"], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": str(columns), "TERM": "dumb"})
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("columns,most", [(80, 170), (100, 145)])
+def test_prepare_help_fits_an_ordinary_terminal(columns, most):
+    out = help_of("prepare", columns)
+    lines = out.splitlines()
+    assert len(lines) <= most, len(lines)
+    assert max(len(line) for line in lines) <= columns
+    titles = [f"─ {panel.capitalize()} " for panel in PANELS]
+    assert [out.index(t) for t in titles] == sorted(out.index(t) for t in titles)
+    for s in settings_of(PrepareConfig):  # every setting, with its flag and value, in its own panel
+        panel = out[out.index(f"─ {'Arguments' if s.positional else s.panel.capitalize()} "):]
+        panel = panel[:panel.index("╰")]
+        assert flag_text(s) in panel, (s.name, flag_text(s))
+    assert "--do-lower-case / --no-do-lower-case" in out and "--max-seq-length N " in out
+    assert "--format tfrecord|parquet" in out and "-o, --output TEXT" in out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_type_placeholders_for_switches(command):
+    out = help_of(command, 100)
+    assert "<bool>" not in out
+    if command == "prepare":
+        assert not re.search(r"<(str|int|float|list\[str\])>", out), out
+
+
+def test_brackets_in_help_are_shown_as_written():
+    assert "pip install 'mlm-pipeline[torch]'" in help_of("train", 100)
+    prepare = help_of("prepare", 100)
+    assert "[prepare] table" in prepare and "[CLS] and [SEP]" in prepare and "80% [MASK]" in prepare
+    assert "[MASK] visible" in help_of("inspect", 100)

@@ -1,0 +1,115 @@
+"""What the read-back commands say when they meet something unexpected: a reader that goes
+away, a file that is not a shard, an output already finalized, a run stopped by Ctrl-C."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SAMPLE_TEXT, VOCAB
+from mlm_pipeline.progress import Progress
+
+
+def cli(*args, check_code: int | None = 0, cwd=None):
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+    if check_code is not None:
+        assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The sample text prepared ten times over: 124 instances, about 100 KB of `inspect` text,
+    more than a pipe holds, so a reader that stops early makes the writer meet a closed pipe."""
+    out = tmp_path_factory.mktemp("prepared") / "out"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--dupe-factor", "10", "--no-progress")
+    return out
+
+
+def test_inspect_piped_into_head_exits_quietly(prepared):
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "inspect", str(prepared), "-n", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # what `| head -1` does: read a line, then close the pipe
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert first.startswith(b"== ") and b"124 instances" in first
+    assert err == ""  # no "error: [Errno 32] Broken pipe", no traceback
+
+
+def test_inspect_names_the_file_and_what_it_expected(prepared, tmp_path):
+    cases = {}
+    (tmp_path / "plain").mkdir()
+    cases[tmp_path / "plain"] = ["plain: a directory without manifest.json or _run.json",
+                                 "expected a prepared output directory or a shard file (.tfrecord, .parquet)"]
+    cases[SAMPLE_TEXT] = ["sample_text.txt: not a shard of a known output format (.tfrecord, .parquet)",
+                          "expected a shard file written by mlm-pipeline prepare, or its output directory"]
+    for name in ("manifest.json", "_run.json"):
+        cases[prepared / name] = [f"{prepared / name}: a file of the prepared output {prepared}, not a shard",
+                                  f"run: mlm-pipeline inspect {prepared}"]
+    (tmp_path / "text.tfrecord").write_bytes(SAMPLE_TEXT.read_bytes())
+    cases[tmp_path / "text.tfrecord"] = ["text.tfrecord: not a readable tfrecord shard ("]
+    (tmp_path / "text.parquet").write_bytes(SAMPLE_TEXT.read_bytes())
+    cases[tmp_path / "text.parquet"] = ["text.parquet: not a readable parquet shard ("]
+    for path, expected in cases.items():
+        err = cli("inspect", path, check_code=2).stderr
+        assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
+        for part in expected:
+            assert part in err, (path, err)
+    # a shard of the output moved elsewhere is still read by its extension
+    shard = next((prepared / "shards").iterdir())
+    shutil.copy(shard, tmp_path / shard.name)
+    assert "124 instances" in cli("inspect", tmp_path / shard.name, "-t", VOCAB, "-n", "1").stdout
+
+
+def test_finalize_of_a_finished_run_says_it_wrote_nothing(prepared):
+    out = cli("finalize", prepared).stdout
+    assert out.startswith("manifest.json already exists; nothing written")
+    assert "wrote" not in out and f"{prepared} holds 124 instances in 1 shard(s)" in out
+    forced = cli("finalize", prepared, "--force").stdout
+    assert forced.startswith(f"wrote 124 instances in 1 shard(s)")
+
+
+def _final_line(raise_inside: BaseException | None) -> str:
+    stream = io.StringIO()  # not a terminal: plain progress lines
+    try:
+        with Progress(total_bytes=1000, total_tasks=2, enabled=True, stream=stream) as progress:
+            progress.update({"bytes": 500, "documents": 3, "tokens": 90})
+            progress.task_done({})
+            if raise_inside is not None:
+                raise raise_inside
+    except BaseException as exc:  # noqa: BLE001 - re-raised by the context manager, as it must be
+        assert exc is raise_inside
+    return stream.getvalue().splitlines()[-1]
+
+
+def test_progress_line_says_how_the_run_ended():
+    assert _final_line(None).endswith("tasks 1/2, done")
+    assert _final_line(KeyboardInterrupt()).endswith("tasks 1/2, interrupted")
+    assert _final_line(RuntimeError("task 3 failed")).endswith("tasks 1/2, stopped by an error")
+
+
+def test_report_says_what_a_run_did_not_count(tmp_path):
+    """Reference mode does not count short targets or truncated pairs: the report says so rather
+    than showing 0; an output without masks says the loader masks, not "0 masked tokens"."""
+    ref, plain, unmasked = tmp_path / "ref", tmp_path / "plain", tmp_path / "unmasked"
+    cli("prepare", SAMPLE_TEXT, "-o", ref, "-t", VOCAB, "--reference", "--no-progress")
+    cli("prepare", SAMPLE_TEXT, "-o", plain, "-t", VOCAB, "--no-progress")
+    cli("prepare", SAMPLE_TEXT, "-o", unmasked, "-t", VOCAB, "--objective", "tokens", "--no-progress")
+    text = cli("report", ref).stdout
+    assert "(reference mode)" in text
+    assert "documents with a short target length, truncated pairs: not tracked in reference mode" in text
+    assert "truncated pairs 0" not in text and "truncated pairs: 0" not in text
+    assert "tokens of the documents read 1,019" in text and "masked tokens 180" in text
+    text = cli("report", plain).stdout
+    assert "documents with a short target length: 0; truncated pairs: 11" in text
+    assert "tokens of the documents read 1,019" in text and "not tracked" not in text
+    text = cli("report", unmasked).stdout
+    assert "masks: none in the shards (--masking none): the training loader masks at load time" in text
+    assert "masked tokens 0" not in text and "masked positions per instance" not in text

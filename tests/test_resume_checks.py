@@ -1,0 +1,71 @@
+"""What a rerun into an existing output compares: every difference listed at once, the
+tokenizer by its content (not where its file lies)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT
+from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.errors import OutputError
+from mlm_pipeline.pipeline import run_prepare
+
+
+def config(out, inputs, vocab=VOCAB, **kw) -> PrepareConfig:
+    return PrepareConfig(inputs=[str(p) for p in inputs], output=str(out), tokenizer=str(vocab), workers=1,
+                         progress=False, **kw)
+
+
+def test_refusal_lists_changed_settings_and_changed_inputs(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    shutil.copy(SAMPLE_TEXT, a)
+    shutil.copy(SAMPLE_TEXT, b)
+    out = tmp_path / "out"
+    run_prepare(config(out, [a, b]))
+    with a.open("a") as f:
+        f.write("One more sentence.\n")
+    b.unlink()
+    c = tmp_path / "c.txt"
+    shutil.copy(SAMPLE_TEXT, c)
+    with pytest.raises(OutputError) as refused:
+        run_prepare(config(out, [a, c], dupe_factor=2, masked_lm_prob=0.2))
+    message = str(refused.value)
+    assert "dupe-factor: 1 in the existing run, 2 now" in message
+    assert "masked-lm-prob: 0.15 in the existing run, 0.2 now" in message
+    size = SAMPLE_TEXT.stat().st_size
+    assert (f"the input files changed since the existing run started: new {c}; gone {b}; "
+            f"resized {a} ({size:,} -> {size + 19:,} bytes)") in message
+    # settings that only cut the same files otherwise are not reported as changed inputs
+    shutil.copy(SAMPLE_TEXT, a)
+    shutil.copy(SAMPLE_TEXT, b)
+    with pytest.raises(OutputError) as refused:
+        run_prepare(config(out, [a, b], split_bytes="4KB"))
+    assert "split-bytes: None in the existing run, 4096 now" in str(refused.value)
+    assert "input files changed" not in str(refused.value)
+
+
+def test_the_same_vocab_elsewhere_resumes_another_is_refused(tmp_path):
+    out = tmp_path / "out"
+    first = run_prepare(config(out, [SAMPLE_TEXT, WIKITEXT], split_bytes="256KB"))
+    assert first["tasks"] > 1
+    moved = tmp_path / "elsewhere" / "vocab.txt"
+    moved.parent.mkdir()
+    shutil.copy(VOCAB, moved)
+    marker = next((out / "_tasks").iterdir())
+    marker.unlink()  # one task to redo after the move
+    again = run_prepare(config(out, [SAMPLE_TEXT, WIKITEXT], vocab=moved, split_bytes="256KB"))
+    assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in first["shards"]]
+    assert again["output_fingerprint"] == first["output_fingerprint"]
+    assert again["config"]["tokenizer"] == str(moved)  # recorded where it is now
+    # a vocab with one entry changed is another tokenizer, whatever its file is called
+    other = tmp_path / "other" / "vocab.txt"
+    other.parent.mkdir()
+    lines = VOCAB.read_text(encoding="utf-8").splitlines()
+    other.write_text("\n".join(lines[:-1] + ["zzzz"]) + "\n", encoding="utf-8")
+    with pytest.raises(OutputError, match="the tokenizer differs from the one the existing run used"):
+        run_prepare(config(out, [SAMPLE_TEXT, WIKITEXT], vocab=other, split_bytes="256KB"))
+    record = json.loads((out / "_run.json").read_text())
+    assert record["settings"]["tokenizer"] == str(VOCAB)  # the run record keeps where it started
