@@ -129,6 +129,11 @@ class _NamedRows:
     def close(self) -> None:
         self._rows.close()
 
+    def __getattr__(self, name: str):  # anything else is the format's own reader's
+        if name == "_rows":  # (not set yet: unpickling, a failed open)
+            raise AttributeError(name)
+        return getattr(self._rows, name)
+
 
 class WholeShardRows:
     """Row ranges of a shard read whole once (for formats without row-range access)."""
