@@ -175,9 +175,9 @@ class PrepareConfig(BaseModel):
         True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
         google="do_lower_case")
     verify_inputs: bool = setting(
-        False, "input", "On resume, check the inputs by a SHA-256 of all their bytes (reads every input once "
-        "more when the run starts). Without it, a local input counts as unchanged when its size, modification "
-        "time and 16 sampled 4 KB blocks are; an s3:// or gs:// object when its ETag or generation is.",
+        False, "input", "On resume, check that the input bytes each completed task read are unchanged by a "
+        "SHA-256 of all of them (reads every input once more when the run starts). Without it: a local file's "
+        "size and 8 sampled 4 KB blocks of each task's range, an s3:// or gs:// object's ETag or generation.",
         runtime=True)
     input_format: InputFormat = setting(
         "auto", "input", "text: Google's (a sentence per line, a blank line between documents). wikiextractor, "

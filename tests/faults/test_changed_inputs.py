@@ -1,8 +1,9 @@
-"""An input edited between a killed run and its resume is refused, not mixed into the output."""
+"""Inputs edited between a killed run and its resume: an edit in what a completed task read is
+refused, not mixed into the output; an edit where no completed task read (a damaged part
+repaired after its task failed) is read as it is now."""
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -11,14 +12,16 @@ from faults.helpers import run_config
 
 
 def _first_run_one_task(corpus, out, **settings):
-    """Start a run and complete one task of it (as a run killed early would have)."""
+    """Start a run and complete its first task (as a run killed early would have); returns the
+    config and that task."""
     from mlm_pipeline.executors.base import run_one
     from mlm_pipeline.run.state import start_run
 
     config = run_config(corpus, out, **settings)
     start = start_run(config)
-    run_one(start.pending[0], config)
-    return config
+    task = start.pending[0]
+    run_one(task, config)
+    return config, start
 
 
 @pytest.fixture
@@ -28,56 +31,57 @@ def own_corpus(corpus, tmp_path):
     return d
 
 
-def _edit_in_place(path, offset: int, keep_mtime: bool) -> None:
-    st = path.stat()
+def _flip(path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] = ord("Q") if data[offset] != ord("Q") else ord("R")
     path.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_an_input_edited_in_place_without_a_size_change_is_refused(own_corpus, tmp_path):
+def _piece(task):
+    from pathlib import Path
+
+    piece = task.pieces[0]
+    path = Path(piece.url)
+    return path, piece.start, piece.end if piece.end is not None else path.stat().st_size
+
+
+def test_an_edit_without_a_size_change_in_a_completed_task_is_refused(own_corpus, tmp_path):
     from mlm_pipeline.errors import OutputError
     from mlm_pipeline.pipeline import run_prepare
 
-    out = tmp_path / "out"
-    config = _first_run_one_task(own_corpus, out)
-    victim = sorted(own_corpus.iterdir())[-1]
-    _edit_in_place(victim, victim.stat().st_size // 3, keep_mtime=False)
-    with pytest.raises(OutputError, match=f"input content changed .*: {victim}"):
+    config, start = _first_run_one_task(own_corpus, tmp_path / "out")
+    path, begin, _ = _piece(start.plan.tasks[0])
+    _flip(path, begin + 10)  # inside the range's first sampled block
+    with pytest.raises(OutputError, match="input bytes of completed tasks changed .*task 00000"):
         run_prepare(config, show_progress=False)
 
 
-def test_a_sampled_block_changed_under_a_kept_mtime_is_refused(own_corpus, tmp_path):
+def test_an_edit_where_no_completed_task_read_is_read_as_it_is_now(own_corpus, tmp_path, caplog):
+    from mlm_pipeline.pipeline import run_prepare
+
+    config, start = _first_run_one_task(own_corpus, tmp_path / "out")
+    path, begin, _ = _piece(start.plan.tasks[1])
+    assert start.plan.tasks[1].task_id not in start.done
+    _flip(path, begin + 10)
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        manifest = run_prepare(config, show_progress=False)
+    assert manifest["tasks"] == len(start.plan.tasks)
+    assert "modified since the run started; the parts that completed tasks read show no change" in caplog.text
+
+
+def test_verify_inputs_finds_a_byte_changed_between_sampled_blocks(own_corpus, tmp_path):
     from mlm_pipeline.errors import OutputError
     from mlm_pipeline.pipeline import run_prepare
 
-    out = tmp_path / "out"
-    config = _first_run_one_task(own_corpus, out)
-    victim = sorted(own_corpus.iterdir())[0]
-    _edit_in_place(victim, 10, keep_mtime=True)  # inside the first sampled block
-    with pytest.raises(OutputError, match="input content changed"):
-        run_prepare(config, show_progress=False)
+    plain, start = _first_run_one_task(own_corpus, tmp_path / "plain")
+    checked, _ = _first_run_one_task(own_corpus, tmp_path / "checked", verify_inputs=True)
+    path, begin, end = _piece(start.plan.tasks[0])
+    assert end - begin > 8 * 3 * 4096  # (sampled blocks are a seventh of the range apart)
+    _flip(path, begin + 4096 + 1000)  # between the first and the second sampled block
 
-
-def test_verify_inputs_finds_a_byte_changed_anywhere(own_corpus, tmp_path):
-    """A byte outside the sampled blocks, the mtime kept: only the full hash sees it."""
-    from mlm_pipeline.errors import OutputError
-    from mlm_pipeline.pipeline import run_prepare
-    victim = max(own_corpus.iterdir(), key=lambda p: p.stat().st_size)
-    offset = 4096 + 1000  # between the first and the second sampled block
-    assert victim.stat().st_size > 16 * 3 * 4096  # (sampled blocks are size / 15 apart)
-
-    plain = tmp_path / "plain"
-    config = _first_run_one_task(own_corpus, plain)
-    checked = tmp_path / "checked"
-    config_checked = _first_run_one_task(own_corpus, checked, verify_inputs=True)
-    _edit_in_place(victim, offset, keep_mtime=True)
-
-    run_prepare(config, show_progress=False)  # not seen without --verify-inputs (documented)
-    with pytest.raises(OutputError, match=f"SHA-256 of its bytes\\): {victim}"):
-        run_prepare(config_checked, show_progress=False)
+    run_prepare(plain, show_progress=False)  # not seen without --verify-inputs (documented)
+    with pytest.raises(OutputError, match="SHA-256 of its bytes\\): task 00000"):
+        run_prepare(checked, show_progress=False)
 
 
 def test_an_unchanged_input_resumes(own_corpus, tmp_path, clean_run):
@@ -85,6 +89,6 @@ def test_an_unchanged_input_resumes(own_corpus, tmp_path, clean_run):
     from mlm_pipeline.pipeline import run_prepare
 
     out = tmp_path / "out"
-    config = _first_run_one_task(own_corpus, out, verify_inputs=True)
+    config, _ = _first_run_one_task(own_corpus, out, verify_inputs=True)
     run_prepare(config, show_progress=False)
     assert_as_clean(out, clean_run("parquet"))

@@ -13,6 +13,7 @@ any number of workers can share one:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
+from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece
 from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
@@ -156,12 +158,26 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
 
 
 def input_fingerprints(plan: Plan, *, full: bool = False) -> dict[str, str]:
-    """Each input file's :func:`~mlm_pipeline.fs.content_fingerprint` (32 at a time on an object
-    store), side files (a dump's index) included."""
-    urls = [f["path"] for f in plan.files] + [u for f in plan.files for u in f.get("side_files", [])]
-    threads = 1 if all(fs.is_local(u) for u in urls) else 32
+    """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
+    of each of its pieces: the byte range of a byte-range piece, else the whole file, side files
+    included); 32 files at a time on an object store."""
+    def ranges(task: Task) -> list[tuple[str, int, int | None]]:
+        out = []
+        for p in task.pieces:
+            if p.compression is None and get_input_format(p.fmt).unit == "bytes":
+                out.append((p.url, p.start, p.end))
+            else:
+                out.append((p.url, 0, None))
+            out += [(u, 0, None) for u in (p.extra or {}).get("side_files", [])]
+        return out
+
+    wanted = sorted({r for t in plan.tasks for r in ranges(t)}, key=lambda r: (r[0], r[1], r[2] or -1))
+    threads = 1 if all(fs.is_local(u) for u, _, _ in wanted) else 32
     with ThreadPoolExecutor(threads) as pool:
-        return dict(zip(urls, pool.map(lambda u: fs.content_fingerprint(u, full=full), urls)))
+        fps = dict(zip(wanted, pool.map(lambda r: fs.content_fingerprint(r[0], start=r[1], end=r[2], full=full),
+                                        wanted)))
+    return {t.task_id: hashlib.sha256("\n".join(fps[r] for r in ranges(t)).encode()).hexdigest()
+            for t in plan.tasks}
 
 
 def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
@@ -175,6 +191,7 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "plan_fingerprint": plan.fingerprint(),
         "tasks": len(plan.tasks),
         "input_fingerprints": input_fingerprints(plan),
+        "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True)
@@ -226,7 +243,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             problems.append("the input files changed since the existing run started"
                             + (f": {changed}" if changed else " (different files or sizes)"))
     if not problems:
-        problems += _changed_inputs(existing, record)
+        problems += _changed_inputs(config.output, existing, record, plan)
     if problems and replace_empty and not done_task_ids(config.output):
         log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
         fs.remove(layout.plan_url(config.output))
@@ -239,25 +256,36 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         )
 
 
-def _changed_inputs(existing: dict, record: dict) -> list[str]:
-    """The inputs whose content changed since the existing run was recorded (by each kind of
-    fingerprint both records hold; a record without them, from an older version, is trusted)."""
-    changed: list[str] = []
-    for key, how in (("input_fingerprints", "size, modification time, sampled blocks or ETag"),
-                     ("input_sha256", "SHA-256 of its bytes")):
+def _changed_inputs(output: str, existing: dict, record: dict, plan: Plan | None) -> list[str]:
+    """The completed tasks whose input bytes changed since the existing run recorded them (by each
+    kind of fingerprint both records hold; a record without them, from an older version, is
+    trusted). A task not completed yet reads the inputs as they are now, so an input may be
+    repaired where a task failed on it."""
+    done = done_task_ids(output)
+    describe = {t.task_id: t.describe() for t in plan.tasks} if plan is not None else {}
+    for key, how in (("input_fingerprints", "sampled blocks or ETag"), ("input_sha256", "SHA-256 of its bytes")):
         old, new = existing.get(key), record.get(key)
         if old is None or new is None:
             continue
-        for url in sorted(set(old) | set(new)):
-            if old.get(url) != new.get(url):
-                changed.append(url)
+        changed = sorted(t for t in done if t in old and old.get(t) != new.get(t))
         if changed:
-            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            return [f"input content changed since the existing run started ({how}): {shown}"]
+            shown = "; ".join(f"task {t} ({describe.get(t, '?')})" for t in changed[:5])
+            more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+            return [f"the input bytes of completed tasks changed since the existing run started ({how}): "
+                    f"{shown}{more}"]
     if record.get("input_sha256") is not None and existing.get("input_sha256") is None:
-        log.warning("--verify-inputs: the existing run recorded no SHA-256 of its inputs; checked by size, "
-                    "modification time and sampled blocks only")
+        log.warning("--verify-inputs: the existing run recorded no SHA-256 of its inputs; checked by sampled "
+                    "blocks only")
+    old_m, new_m = existing.get("input_modified") or {}, record.get("input_modified") or {}
+    touched = sorted(u for u in new_m if u in old_m and old_m[u] != new_m[u])
+    if touched:
+        log.warning("%s modified since the run started; the parts that completed tasks read show no change "
+                    "(sampled blocks%s): those tasks are kept, the others read the files as they are now",
+                    ", ".join(touched[:5]) + (" ..." if len(touched) > 5 else ""),
+                    "" if record.get("input_sha256") else "; --verify-inputs compares every byte")
     return []
+
+
 def _input_changes(output: str, plan: Plan | None, shown: int = 5) -> str:
     """The input files added, removed or resized since ``output``'s plan was saved, in words;
     "" when the files and sizes are the same (or the saved plan cannot be read)."""
