@@ -111,3 +111,10 @@ def test_config_file_errors(tmp_path):
 def test_setting_refuses_an_unknown_panel():
     with pytest.raises(ValueError, match="unknown help panel 'misc'"):
         setting(1, "misc", "A setting in no panel.")
+
+
+def test_max_line_bytes_has_a_ceiling():
+    """Lines are held whole while tokenized: the limit keeps memory bounded, so it has a top."""
+    assert build_config({**REQUIRED, "max_line_bytes": "16MiB"}).max_line_bytes == 16 << 20
+    with pytest.raises(ConfigError, match="max-line-bytes: Input should be less than or equal to 16777216"):
+        build_config({**REQUIRED, "max_line_bytes": "100MB"})
