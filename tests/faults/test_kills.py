@@ -63,9 +63,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
 def _start(corpus, out) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_behind():
+    """A case that fails midway (a timeout) still ends the runs it started, workers included."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
 
 
 def _wait_markers(proc, out: Path, count: int, timeout: float = 120) -> None:
