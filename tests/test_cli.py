@@ -14,7 +14,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT
+from conftest import REPO, SAMPLE_TEXT, VOCAB, WIKITEXT
 from mlm_pipeline.cli import add_prepare_command
 from mlm_pipeline.config import PANELS, PrepareConfig, build_config, setting, settings_of
 
@@ -351,3 +351,37 @@ def test_settings_errors_name_the_flag_or_key(tmp_path):
     file.write_text("vocab_file: a.txt\ntokenizer: b.txt\n")
     twice = run(app, ["prepare", "a.txt", "-o", "o", "--config", str(file)])
     assert twice.exit_code == 2 and "gives tokenizer twice" in twice.output
+
+
+def test_only_blank_inputs_exit_2_like_only_empty_ones(tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("   \n\n \t\n")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    got = cli("prepare", blank, "-o", tmp_path / "o1", "-t", VOCAB, "--no-progress", check_code=2)
+    assert "warning: no document was read: every input was empty, blank or skipped" in got.stdout
+    got = cli("prepare", empty, "-o", tmp_path / "o2", "-t", VOCAB, "--no-progress", check_code=2)
+    assert "no usable input" in got.stderr
+
+
+def test_a_vocabulary_that_does_not_fit_the_text_is_warned_about(tmp_path):
+    zh = REPO / "tests" / "data" / "hongloumeng-300KB.txt"
+    got = cli("prepare", zh, "-o", tmp_path / "o", "-t", VOCAB, "--no-progress", "--split-size", "1MB")
+    assert "warning: 63% of the tokens are [UNK]: the vocabulary does not fit this text" in got.stdout
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["totals"]["unk_tokens"] / manifest["totals"]["tokens"] > 0.6
+
+
+def test_bad_jsonl_records_are_logged_with_their_byte_offset(tmp_path):
+    lines = [b'{"text": "A good record. It has two sentences."}\n', b"not json\n", b'["a list"]\n',
+             b'{"title": "no text"}\n', b'{"text": 3}\n', b'{"text": "Another good one."}\n']
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(lines))
+    got = cli("prepare", path, "-o", tmp_path / "o", "-t", VOCAB, "--no-progress")
+    offsets = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
+    assert f"{path}: the record at byte {offsets[1]} is skipped: not JSON" in got.stderr
+    assert f"{path}: the record at byte {offsets[2]} is skipped: not a JSON object" in got.stderr
+    assert (f"{path}: the record at byte {offsets[3]} is skipped: no 'text' field (further bad records of this "
+            "task are only counted)") in got.stderr
+    assert f"byte {offsets[4]}" not in got.stderr
+    assert "bad_record 4" in got.stdout

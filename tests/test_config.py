@@ -43,7 +43,7 @@ def test_googles_flag_names_are_declared_once():
 def test_runtime_settings_stay_out_of_the_fingerprint():
     runtime = {s.name for s in settings_of(PrepareConfig) if s.runtime}
     assert runtime == {"workers", "executor", "ray_address", "progress", "output", "inputs", "s3_endpoint_url",
-                       "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend"}
+                       "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend", "verify_inputs"}
     base = build_config(REQUIRED)
     assert build_config({**REQUIRED, "workers": 7, "inputs": ["b.txt"], "claim": True}).output_fingerprint() \
         == base.output_fingerprint()
@@ -111,3 +111,10 @@ def test_config_file_errors(tmp_path):
 def test_setting_refuses_an_unknown_panel():
     with pytest.raises(ValueError, match="unknown help panel 'misc'"):
         setting(1, "misc", "A setting in no panel.")
+
+
+def test_max_line_bytes_has_a_ceiling():
+    """Lines are held whole while tokenized: the limit keeps memory bounded, so it has a top."""
+    assert build_config({**REQUIRED, "max_line_bytes": "16MiB"}).max_line_bytes == 16 << 20
+    with pytest.raises(ConfigError, match="max-line-bytes: Input should be less than or equal to 16777216"):
+        build_config({**REQUIRED, "max_line_bytes": "100MB"})

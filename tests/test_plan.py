@@ -194,6 +194,34 @@ def test_a_format_splits_by_its_side_file_and_the_side_file_is_not_read_alone(in
     assert read == docs and stats.bytes_read == (directory / "corpus.docs").stat().st_size
 
 
+def test_links_to_directories_are_followed_once_and_what_cannot_be_read_is_counted(tmp_path):
+    """A linked subdirectory is read through its link; a loop, a second link to the same
+    directory and a broken link are skipped with their reason, never stopping the run."""
+    import os
+    import shutil
+
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    (corpus / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    shutil.copyfile(SAMPLE_TEXT, corpus / "a.txt")
+    shutil.copyfile(SAMPLE_TEXT, elsewhere / "b.txt")
+    os.symlink(elsewhere, corpus / "linked")
+    os.symlink(elsewhere, corpus / "sub" / "linked-again")
+    os.symlink("..", corpus / "sub" / "loop")
+    os.symlink(tmp_path / "nothing", corpus / "broken")
+    os.symlink(corpus / "a.txt", corpus / "sub" / "file-link.txt")
+
+    plan = plan_tasks(PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "out"), tokenizer=str(VOCAB)))
+    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(corpus / "linked" / "b.txt"),
+                                               str(corpus / "sub" / "file-link.txt")]
+    reasons = {os.path.relpath(s["path"], corpus): s["reason"] for s in plan.skipped_files}
+    assert reasons == {"broken": "unreadable", "sub/linked-again": "directory_link_seen",
+                       "sub/loop": "directory_link_seen"}
+    # a link to the directory given as the input works as the directory itself
+    os.symlink(corpus, tmp_path / "corpus-link")
+    plan = plan_tasks(PrepareConfig(inputs=[str(tmp_path / "corpus-link")], output=str(tmp_path / "o2"),
+                                    tokenizer=str(VOCAB)))
+    assert len(plan.files) == 3
 def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, caplog):
     """`prepare corpus/*` over a folder holding the vocab and a binary file reads the text only."""
     import logging

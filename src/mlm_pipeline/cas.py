@@ -290,8 +290,13 @@ class LocalStore(ConditionalStore):
     def delete(self, url: str) -> None:
         # unconditional, so no lock: a concurrent replace either sees the file gone or re-creates it
         # whole, which is what an S3 PUT racing a DELETE does too
+        path = self._path(url)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(url))
+            os.unlink(path)
+        # and the lock file of replace(): a deleted object (a released lease) leaves none behind; a
+        # replace racing this finds the object gone either way
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + ".lock")
 
 
 # --------------------------------------------------------------------------------------------

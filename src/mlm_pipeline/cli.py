@@ -1,11 +1,11 @@
-"""Command line: ``mlm-pipeline prepare | inspect | report | finalize | train | vocab``.
+"""Command line: ``mlm-pipeline prepare | inspect | verify | report | finalize | train | vocab``.
 
 ``prepare`` is derived from the settings model (:mod:`mlm_pipeline.config`): one flag per field,
 with the field's help, choices, default and help panel, so a new setting is one field there.
 Its flag names follow google-research/bert's ``create_pretraining_data.py`` (with dashes), and
 Google's own spellings (``--max_seq_length=128``, ``--do_lower_case=True``, ``--input_file=a,b``)
 work as written. User errors print one clear message and exit 2; a failed task exits 1; Ctrl-C
-exits 130 and the next identical command resumes.
+exits 130 (SIGTERM: 143) and the next identical command resumes.
 
 Help text is escaped for rich, so ``[torch]`` or ``[CLS]`` show as written.
 """
@@ -28,7 +28,7 @@ from typer.core import TyperCommand, TyperGroup
 from mlm_pipeline import __version__
 from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
 from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, TaskFailed,
-                                 TokenizerError)
+                                 Terminated, TokenizerError)
 
 
 class _PlainHelpSwitch:
@@ -255,6 +255,7 @@ def _run_prepare(config) -> None:
     from mlm_pipeline.environment import configure_process
 
     configure_process(config.s3_endpoint_url)
+    _stop_on_sigterm()
     try:
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
@@ -266,17 +267,35 @@ def _run_prepare(config) -> None:
         _fail(str(exc), code=1)
     except OSError as exc:  # storage unreachable, access denied, ...
         _fail(f"{type(exc).__name__}: {exc}", code=1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
         typer.secho(
-            "\ninterrupted: completed tasks are kept; run the same command again to resume.",
+            f"\n{'terminated (SIGTERM)' if terminated else 'interrupted'}: running tasks stopped, completed tasks "
+            "are kept; run the same command again to resume.",
             fg=typer.colors.YELLOW, err=True,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(143 if terminated else 130)
     if "worker" in manifest:  # array / claim mode: this worker's part
         manifest = _echo_worker_summary(manifest)
         if manifest is None:
             return
     typer.echo(render_summary(manifest, config.output))
+    if not manifest["totals"].get("documents_read"):  # as when every input is empty: nothing to train on
+        raise typer.Exit(2)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, a scheduler's stop, ``docker stop``) stops a run as Ctrl-C does: the
+    pool's workers are ended, the completed tasks kept, and the command exits 143."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise Terminated()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 add_prepare_command(app)
@@ -316,6 +335,40 @@ def inspect(
         _stdout_gone()
     except (InspectError, OSError, ValueError) as exc:
         _fail(str(exc))
+
+
+@_command
+def verify(
+    output: str = typer.Argument(..., help="A prepared output directory or URL (s3://..., gs://...)."),
+    size_only: bool = typer.Option(False, "--size-only", metavar="", help="Compare sizes only (one metadata request a shard) instead of reading every shard for its SHA-256."),
+    repair: bool = typer.Option(False, "--repair", metavar="", help="Mark the tasks of bad shards as not done (delete their markers and manifest.json), so that running the same prepare command again rewrites exactly those shards."),
+    s3_endpoint_url: Optional[str] = typer.Option(None, "--s3-endpoint-url", help="Endpoint of an S3-compatible store."),
+) -> None:
+    """Check every shard against the sizes and SHA-256 its run recorded; name each bad one.
+
+    Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when every
+    shard is whole, 1 when any is missing, truncated or changed (each listed), 2 when the output
+    holds no run. With --repair, the same prepare command then redoes only the bad shards' tasks.
+    """
+    from mlm_pipeline.environment import configure_process
+    from mlm_pipeline.verify import forget_bad_tasks, verify_output
+
+    configure_process(s3_endpoint_url)
+    try:
+        result = verify_output(output, check="size" if size_only else "sha256")
+    except (InspectError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    what = "sizes" if size_only else "sizes and SHA-256"
+    for p in result.problems:
+        typer.echo(f"BAD {p.path}: {p.problem}")
+    if result.ok:
+        typer.echo(f"ok: {result.checked} shards ({result.bytes_checked:,} bytes) match {result.source} ({what})")
+        return
+    if repair:
+        tasks = forget_bad_tasks(output, result)
+        typer.echo(f"repair: {len(tasks)} task(s) marked not done ({', '.join(tasks)}); run the same prepare "
+                   "command again to rewrite their shards")
+    _fail(f"{len(result.problems)} of {result.checked} shards do not match {result.source}", code=1)
 
 
 @_command
@@ -481,12 +534,20 @@ def vocab(
 
 def main() -> None:
     try:
-        app()
+        app(standalone_mode=True)
     except BrokenPipeError:  # e.g. `mlm-pipeline report ... | head`, wherever it is raised
         try:
             _stdout_gone()
         except typer.Exit:
             sys.exit(0)
+    except Exception as exc:  # an object store unreachable (botocore's errors are not OSErrors)
+        from mlm_pipeline.fs import storage_error
+
+        message = storage_error(exc)
+        if message is None:
+            raise
+        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

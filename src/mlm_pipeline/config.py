@@ -51,6 +51,10 @@ def parse_size(value: int | str) -> int:
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 
+MAX_LINE_BYTES_CEILING = 16 << 20
+"""The largest ``--max-line-bytes``: lines are held whole while tokenized, and tokenizing a line
+takes many times its size in memory."""
+
 
 def _parse_size_or_auto(value: int | str | None) -> int | None:
     return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else parse_size(value)
@@ -170,6 +174,11 @@ class PrepareConfig(BaseModel):
     do_lower_case: bool = setting(
         True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
         google="do_lower_case")
+    verify_inputs: bool = setting(
+        False, "input", "On resume, check that the input bytes each completed task read are unchanged by a "
+        "SHA-256 of all of them (reads every input once more when the run starts). Without it: a local file's "
+        "size and 8 sampled 4 KB blocks of each task's range, an s3:// or gs:// object's ETag or generation.",
+        runtime=True)
     input_format: InputFormat = setting(
         "auto", "input", "text: Google's (a sentence per line, a blank line between documents). wikiextractor, "
         "jsonl, parquet: paragraphs, split into sentences. wikidump: a Wikipedia dump, an article per document. "
@@ -182,8 +191,10 @@ class PrepareConfig(BaseModel):
     on_decode_error: DecodePolicy = setting(
         "replace", "input", "Invalid UTF-8: replace with U+FFFD or skip the document (both counted), or fail.")
     max_line_bytes: Size = setting(
-        "1MiB", "input", "A longer line is never decoded; its document is skipped and counted.",
-        metavar="SIZE", ge=1024)
+        "1MiB", "input", "A longer line is never decoded; its document is skipped and counted. At most "
+        "16MiB: a line up to this size is held in memory whole while it is decoded and tokenized, so the "
+        "limit is what keeps a worker's memory bounded.",
+        metavar="SIZE", ge=1024, le=MAX_LINE_BYTES_CEILING)
     wiki_index: str | None = setting(
         None, "input", "Wikipedia dump: its multistream index (default: the one beside the dump, if any).",
         metavar="PATH")
@@ -440,7 +451,7 @@ def config_values(data: dict, model: type[BaseModel] = PrepareConfig, source: st
         s = by_name.get(spelled)
         if s is None:
             close = difflib.get_close_matches(spelled, by_name, n=1)
-            hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""
+            hint = f" (did you mean {by_name[close[0]].label}?)" if close else ""
             raise ConfigError(f"unknown setting {key!r} in {source}{hint}")
         if s.name in out:
             raise ConfigError(f"{source} gives {s.label} twice (as {key!r} and another name)")

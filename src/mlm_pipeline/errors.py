@@ -31,6 +31,16 @@ class InspectError(PipelineError, ValueError):
     """A file or directory is not a readable output of mlm-pipeline."""
 
 
+class ShardDamaged(PipelineError, ValueError):
+    """A shard cannot be read as its format (truncated, corrupted, missing); the message names it."""
+
+    def __init__(self, url: str, cause: BaseException):
+        what = "missing" if isinstance(cause, FileNotFoundError) else f"damaged ({type(cause).__name__}: {cause})"
+        super().__init__(f"shard {url} is {what}; check the whole output with: mlm-pipeline verify OUTPUT")
+        self.url = url
+        self.cause = cause
+
+
 class IncompleteRun(PipelineError, RuntimeError):
     """Some tasks have no marker yet; ``missing`` lists their ids."""
 
@@ -48,3 +58,7 @@ class TaskFailed(PipelineError, RuntimeError):
         super().__init__(f"task {task.task_id} ({task.describe()}) failed: {type(cause).__name__}: {cause}")
         self.task = task
         self.cause = cause
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as on Ctrl-C (running tasks are stopped, completed ones kept)."""

@@ -8,6 +8,7 @@ metadata); an S3-compatible endpoint is taken from ``AWS_ENDPOINT_URL`` (which t
 from __future__ import annotations
 
 import glob as _glob
+import hashlib
 import os
 import uuid
 from typing import Iterator
@@ -16,6 +17,27 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from mlm_pipeline.errors import InputError
+
+
+_STORAGE_LIBRARIES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google", "urllib3", "requests")
+
+
+def storage_error(exc: BaseException) -> str | None:
+    """One line for an error of a storage client (endpoint unreachable, access denied, no such
+    bucket), naming the endpoint; None for any other error. botocore's errors are not ``OSError``s,
+    so without this they reach the user as a traceback of hundreds of lines."""
+    chain = []
+    while exc is not None and len(chain) < 8:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for err in chain:
+        module = type(err).__module__.split(".", 1)[0]
+        if module in _STORAGE_LIBRARIES:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint"
+            detail = " ".join(str(err).split())
+            return (f"storage error ({endpoint}): {type(err).__name__}: {detail} (the storage client retried "
+                    "before giving up; check the endpoint, network and credentials)")
+    return None
 
 
 def get_fs(url: str):
@@ -89,12 +111,57 @@ def expand_inputs(inputs: list[str]) -> list[str]:
     return [url for url, _ in list_inputs(inputs)]
 
 
-def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
+def _walk_local(root: str, skipped: list[dict]) -> dict[str, dict]:
+    """The files under a local directory, following links to directories once: a link to a
+    directory already listed (a loop, or the same files twice) and whatever cannot be read (a
+    broken link, a socket, a directory without permission) are added to ``skipped`` with their
+    reason. Hidden files are left out, as from a listing."""
+    found: dict[str, dict] = {}
+    seen: set[tuple[int, int]] = set()
+
+    def skip(path: str, reason: str, detail: str) -> None:
+        skipped.append({"path": path, "reason": reason, "detail": detail})
+
+    def visit(directory: str) -> None:
+        st = os.stat(directory)
+        if (st.st_dev, st.st_ino) in seen:
+            skip(directory, "directory_link_seen", "a link to a directory already listed (a loop, or the same "
+                 "files twice): not listed again")
+            return
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            skip(directory, "unreadable", f"cannot list it: {exc.strerror or exc}")
+            return
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=True):
+                    visit(entry.path)
+                elif entry.name.startswith("."):
+                    continue
+                elif entry.is_file(follow_symlinks=True):
+                    found[entry.path] = {"type": "file", "size": entry.stat(follow_symlinks=True).st_size}
+                elif entry.is_symlink() and not os.path.exists(entry.path):
+                    skip(entry.path, "unreadable", f"a broken link (to {os.readlink(entry.path)})")
+                else:
+                    skip(entry.path, "unreadable", "not a regular file")
+            except OSError as exc:
+                skip(entry.path, "unreadable", exc.strerror or str(exc))
+
+    visit(root)
+    return found
+
+
+def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tuple[str, int]]:
     """``(url, size)`` of the files ``expand_inputs`` names, the sizes taken from the listings.
 
     A directory or glob is one listing (paged on an object store), not a request per file:
-    planning 100,000 objects then asks for no object's metadata.
+    planning 100,000 objects then asks for no object's metadata. In a local directory, links
+    to directories are followed once (:func:`_walk_local`); what cannot be read there is added
+    to ``skipped`` (a list of ``{"path", "reason", "detail"}``) instead of stopping the run.
     """
+    skipped = [] if skipped is None else skipped
     found: list[tuple[str, int]] = []
     missing: list[str] = []
     for item in inputs:
@@ -110,6 +177,8 @@ def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
                 info = None
             if info is None:
                 matches = {}
+            elif is_local(item) and os.path.isdir(path):  # (a link to a directory too)
+                matches = _walk_local(path, skipped)
             elif info.get("type") == "directory":
                 infos = fs.find(path, detail=True)
                 matches = {m: i for m, i in infos.items() if not os.path.basename(m).startswith(".")}
@@ -134,9 +203,83 @@ def list_inputs(inputs: list[str]) -> list[tuple[str, int]]:
     return out
 
 
+SAMPLED_BLOCKS = 8
+SAMPLED_BLOCK_BYTES = 4096
+
+
+def content_fingerprint(url: str, *, start: int = 0, end: int | None = None, full: bool = False) -> str:
+    """What tells whether bytes ``[start, end)`` of a file changed, cheaply: for a local file the
+    file's size and a SHA-256 of 8 blocks of 4 KB spread over the range (its first and last
+    included); for an object its ETag (S3) or generation (GCS), which change with every write of
+    the object; ``full``: a SHA-256 of every byte of the range.
+    """
+    filesystem, path = get_fs(url)
+    if full:
+        digest = hashlib.sha256()
+        with filesystem.open(path, "rb") as f:
+            f.seek(start)
+            left = None if end is None else end - start
+            while left is None or left > 0:
+                chunk = f.read(8 << 20 if left is None else min(8 << 20, left))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                if left is not None:
+                    left -= len(chunk)
+        return "sha256:" + digest.hexdigest()
+    if is_local(url):
+        size = os.path.getsize(path)
+        stop = size if end is None else min(end, size)
+        digest = hashlib.sha256(f"{size}".encode())
+        span = max(0, stop - start - SAMPLED_BLOCK_BYTES)
+        offsets = sorted({start + span * i // (SAMPLED_BLOCKS - 1) for i in range(SAMPLED_BLOCKS)})
+        with open(path, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                digest.update(f.read(min(SAMPLED_BLOCK_BYTES, max(0, stop - offset))))
+        return "sampled:" + digest.hexdigest()
+    info = filesystem.info(path)
+    for key in ("ETag", "etag", "generation", "md5Hash", "crc32c"):
+        if info.get(key):
+            return f"{key.lower()}:{str(info[key]).strip(chr(34))}:{info.get('size')}"
+    return f"size-mtime:{info.get('size')}:{info.get('LastModified') or info.get('mtime') or info.get('updated')}"
+
+
+def modified_ns(url: str) -> int | None:
+    """A local file's modification time (ns); None for an object (its ETag says more)."""
+    if not is_local(url):
+        return None
+    return os.stat(get_fs(url)[1]).st_mtime_ns
+
+
 def file_size(url: str) -> int:
     fs, path = get_fs(url)
     return int(fs.size(path))
+
+
+_ATOMIC_TMP = ".tmp-"  # .NAME.tmp-RANDOM: a local atomic write in progress (or killed)
+
+
+def remove_write_leftovers(url: str) -> int:
+    """Delete what local atomic writes killed midway left in directory ``url`` (``.NAME.tmp-…``
+    here, ``NAME.tmp-…`` from :mod:`mlm_pipeline.cas`); only call it where no other process may be
+    writing. Returns how many were removed."""
+    if not is_local(url):
+        return 0  # object stores write atomically, leaving nothing
+    _, path = get_fs(url)
+    removed = 0
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return 0
+    for name in names:
+        if _ATOMIC_TMP in name:
+            try:
+                os.unlink(os.path.join(path, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def atomic_write_bytes(url: str, data: bytes) -> None:
@@ -150,7 +293,7 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
     if is_local(url):
         directory = os.path.dirname(path) or "."
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".{os.path.basename(path)}{_ATOMIC_TMP}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -227,7 +370,29 @@ def listdir(url: str) -> list[str]:
     return [prefix + p if prefix and not p.startswith(prefix) else p for p in fs.ls(path, detail=False)]
 
 
+def remove(url: str) -> None:
+    """Delete one file or object; a missing one is not an error."""
+    fs, path = get_fs(url)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def list_sizes(url: str) -> dict[str, int]:
+    """``{name: size}`` of the files in a directory or prefix, listed afresh (one LIST request)."""
+    fs, path = get_fs(url)
+    fs.invalidate_cache(path)
+    if not fs.exists(path):
+        return {}
+    return {info["name"].rstrip("/").rsplit("/", 1)[-1]: int(info.get("size") or 0)
+            for info in fs.ls(path, detail=True) if info.get("type") != "directory"}
+
+
 __all__ = [
+    "storage_error",
+    "content_fingerprint",
+    "modified_ns",
     "atomic_write_bytes",
     "exists",
     "expand_inputs",
@@ -238,9 +403,12 @@ __all__ = [
     "isdir",
     "join",
     "list_inputs",
+    "list_sizes",
     "listdir",
     "open_head",
     "open_url",
     "read_bytes",
     "read_many",
+    "remove",
+    "remove_write_leftovers",
 ]

@@ -23,7 +23,7 @@ def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
     ``fmt`` is the format its run recorded; without it (a shard file on its own) the format is
     told by the file's extension.
     """
-    return (get_output_format(fmt) if fmt else _format_of_file(url)).read_shard(url)
+    return (get_output_format(fmt) if fmt else _format_of_file(url)).read(url)
 
 
 def _known() -> str:

@@ -20,6 +20,7 @@ from mlm_pipeline.environment import configure_process
 from mlm_pipeline.executors.array import task_share
 from mlm_pipeline.executors.base import Executor
 from mlm_pipeline.progress import Progress
+from mlm_pipeline.run.lock import RunLock
 from mlm_pipeline.run.manifest import finalize_if_complete, write_manifest
 from mlm_pipeline.run.state import RunStart, done_task_ids, start_run
 from mlm_pipeline.formats.sink import clean_tmp
@@ -79,6 +80,13 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
     """
     configure_process(config.s3_endpoint_url)  # before any S3 client exists
     shared = config.claim or config.task_count is not None
+    if shared:  # workers share the output on purpose: leases or the task split keep them apart
+        return _run(config, shared, show_progress)
+    with RunLock(config.output):  # one plain run at a time on a local output
+        return _run(config, shared, show_progress)
+
+
+def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dict:
     start = start_run(config, clean=not shared)  # shared: other workers may be writing into _tmp/
     tasks = start.pending
     if config.task_count is not None:

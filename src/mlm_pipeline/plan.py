@@ -97,13 +97,15 @@ class Plan:
 def plan_tasks(config: PrepareConfig) -> Plan:
     """Tasks for the configured inputs. Raises ``InputError`` for inputs that cannot be used."""
     options = ReadOptions.from_config(config)
-    listed = fs.list_inputs(config.inputs)
+    unlisted: list[dict] = []  # in a directory, what cannot be read (broken links, loops)
+    listed = fs.list_inputs(config.inputs, unlisted)
     reference = get_objective(config.objective).reference if config.reference else None
     if reference is None:
         # output depends on the input bytes, not on the order inputs are named in: files in URL order
         # (a reference mode keeps the order given, as the reference script reads its inputs)
         listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
+    skipped = unlisted + skipped
     noted = [s for s in skipped if s["reason"] != "side_file"]  # a side file is read with its main file
     for s in noted[:WARNED_FILES]:
         log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))

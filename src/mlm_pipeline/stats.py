@@ -25,6 +25,7 @@ class ReadStats:
     bytes_read: int = 0
     documents_skipped: Counter = field(default_factory=Counter)
     documents_with_replaced_bytes: int = 0
+    lone_cr_line_ends: int = 0  # lines ended by a lone \r (old Mac files), read as line ends
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.documents_skipped[reason] += n
@@ -36,6 +37,8 @@ class ReadStats:
             "bytes_read": self.bytes_read,
             "documents_skipped": dict(sorted(self.documents_skipped.items())),
             "documents_with_replaced_bytes": self.documents_with_replaced_bytes,
+            # (only when there are some: the totals of ordinary corpora keep their keys)
+            **({"lone_cr_line_ends": self.lone_cr_line_ends} if self.lone_cr_line_ends else {}),
         }
 
 

@@ -141,6 +141,9 @@ def test_claim_on_a_local_directory(tmp_path, local_baseline):
     assert len(claims) == local_baseline["tasks"] and set(claims.values()) == {1}
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert comparable(manifest) == comparable(local_baseline)
+    # every lease released with its lock file, no temporary file left
+    left = [p.name for p in (tmp_path / "out").rglob("*") if p.name.endswith(".lock") or ".tmp-" in p.name]
+    assert left == []
 
 
 def test_finalize_rewrites_a_local_manifest_from_markers(tmp_path, local_baseline):

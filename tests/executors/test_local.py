@@ -66,3 +66,13 @@ def test_other_tasks_complete_when_one_fails(tmp_path, workers):
     n = len(start.pending)
     assert f"1 of {n} tasks failed, the other {n - 1} completed" in str(info.value)
     assert done_task_ids(config.output) == {t.task_id for t in start.pending} - bad_tasks
+
+
+def test_more_workers_than_cpus_are_lowered_to_the_cpu_count_with_a_warning(caplog):
+    from mlm_pipeline.executors.base import default_workers, worker_count
+
+    cpus = default_workers()
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        assert worker_count(1000) == cpus
+    assert f"--workers 1000 is more than the {cpus} CPU(s) this process may use: starting {cpus}" in caplog.text
+    assert worker_count(0) == cpus and worker_count(1) == 1

@@ -100,3 +100,18 @@ def test_large_string_and_empty_file(tmp_path):
 def test_row_group_range_beyond_file_is_an_error(parquet_file):
     with pytest.raises(InputError, match=r"\[row groups 5:11\]: the file has only 10 row groups"):
         read_whole(parquet_file, "parquet", start=5, end=11)
+
+
+def test_a_missing_column_stops_the_run_before_the_output_is_recorded(parquet_file, tmp_path):
+    """Planning reads the footer anyway: the column is checked there, so a failed start leaves
+    no run behind that a corrected rerun would have to match."""
+    from conftest import VOCAB
+    from mlm_pipeline.config import build_config
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path / "out"
+    config = build_config({"inputs": [str(parquet_file)], "output": str(out), "tokenizer": str(VOCAB),
+                           "text_field": "body", "progress": False})
+    with pytest.raises(InputError, match=r"no column 'body'; columns: id, text"):
+        run_prepare(config, show_progress=False)
+    assert not (out / "_run.json").exists()

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -135,6 +136,8 @@ def test_generated_files_any_cuts_any_chunking(tmp_path, fmt, bits, data):
         (b"a\r\nb\r\n\r\nc\r\n", [["a", "b"], ["c"]]),  # CRLF
         (b"aaaa\n\n\n\n\nbbbb\n \n \ncccc", [["aaaa"], ["bbbb"], ["cccc"]]),  # blank runs
         (b"x\n\ny\n\n", [["x"], ["y"]]),
+        (b"a\rb\r\rc\r", [["a", "b"], ["c"]]),  # lone CR line ends (old Mac files)
+        (b"a\r\nb\r\r\nc\rd", [["a", "b"], ["c", "d"]]),  # CR, CRLF and LF mixed
     ],
 )
 def test_text_edge_cases_every_cut(tmp_path, raw, docs):
@@ -191,7 +194,7 @@ def read_cuts_range(path, s, e, opts):
 def test_line_reader_matches_split(raw, chunk, limit, start):
     assume(start <= len(raw))
     expected, pos = [], 0
-    for line in raw.split(b"\n"):
+    for line in re.sub(rb"\r(?!\n)", b"\n", raw).split(b"\n"):  # a lone CR ends a line too
         if pos >= start and (pos < len(raw)):
             if len(line) > limit:
                 expected.append((pos, line[:64] if line.strip() else b"", True))
@@ -292,3 +295,23 @@ def test_non_local_filesystem_through_fsspec(corpus):
         assert got_stats.to_dict() == stats.to_dict()
     finally:
         mem.rm(url)
+
+
+def test_lone_cr_line_ends_are_counted_once_over_any_split(tmp_path):
+    from mlm_pipeline.read import ReadOptions as Options
+
+    raw = b"one\rtwo\r\rthree\r\nfour\n\nfive\rsix\r"
+    path = tmp_path / "mac.txt"
+    path.write_bytes(raw)
+    docs, stats = read_whole(path, "text")
+    assert docs == [["one", "two"], ["three", "four"], ["five", "six"]]
+    assert stats.lone_cr_line_ends == 5 and stats.to_dict()["lone_cr_line_ends"] == 5
+    for split in range(1, len(raw) + 1):
+        got, got_stats = read_split(path, "text", split, Options())
+        assert got == docs and got_stats.lone_cr_line_ends == 5, split
+
+
+def test_files_without_lone_cr_keep_their_totals_keys(tmp_path):
+    path = tmp_path / "unix.txt"
+    path.write_bytes(b"a\r\nb\n\nc\n")
+    assert "lone_cr_line_ends" not in read_whole(path, "text")[1].to_dict()

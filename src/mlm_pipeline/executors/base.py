@@ -79,4 +79,17 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-__all__ = ["Executor", "Failures", "ProgressFn", "default_workers", "run_one"]
+def worker_count(requested: int | None) -> int:
+    """The worker processes to start for ``--workers requested`` (0 or None: one per CPU this
+    process may use). More than the usable CPUs only adds memory and contention, so a larger
+    number is lowered to the CPU count, with a warning."""
+    cpus = default_workers()
+    if not requested:
+        return cpus
+    if requested > cpus:
+        log.warning("--workers %d is more than the %d CPU(s) this process may use: starting %d", requested, cpus, cpus)
+        return cpus
+    return requested
+
+
+__all__ = ["Executor", "Failures", "ProgressFn", "default_workers", "run_one", "worker_count"]

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.executors.base import ProgressFn, default_workers
+from mlm_pipeline.executors.base import ProgressFn, worker_count
 from mlm_pipeline.executors.leases import Heartbeat, Lease, LeaseManager, lease_ages, new_owner_id
 from mlm_pipeline.executors.local import TaskPool, finished
 from mlm_pipeline.plan import Task
@@ -64,7 +64,7 @@ class ClaimExecutor:
         by_id = {t.task_id: t for t in tasks}
         order = list(by_id)
         random.Random(self.owner).shuffle(order)  # workers start at different tasks: fewer lost races
-        workers = config.workers or default_workers()
+        workers = worker_count(config.workers)
         log.info("claim mode: worker %s, %d tasks, lease %.0fs, up to %d at a time", self.owner, len(by_id),
                  config.lease_seconds, workers)
         pool = TaskPool(config, workers)

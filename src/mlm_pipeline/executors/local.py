@@ -11,22 +11,58 @@ one worker, tasks run in this process, one at a time (simplest to debug and prof
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import os
 import queue as queue_mod
+import signal
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Iterable, Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.errors import TaskFailed
-from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers, run_one
+from mlm_pipeline.executors.base import Failures, ProgressFn, run_one, worker_count
 from mlm_pipeline.plan import Task
+
+log = logging.getLogger("mlm_pipeline")
 
 _progress_queue = None  # in a pool worker: where its progress increments go
 
+MAX_WORKER_DEATHS = 3
+"""How often a task may lose its worker (killed by a signal, out of memory, crashed) before the
+run gives up on it; each time it is run again in a new worker."""
 
-def _init_worker(progress_queue, s3_endpoint_url: str | None) -> None:
+
+def _watch_parent(parent_pid: int) -> None:
+    """End this worker when the process that started it dies (kill -9 of ``prepare``), so that no
+    worker outlives its run: on Linux the kernel sends SIGKILL at once (``PR_SET_PDEATHSIG``);
+    elsewhere, and as a backstop, a thread checks the parent every half second."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _init_worker(progress_queue, s3_endpoint_url: str | None, parent_pid: int) -> None:
     global _progress_queue
+    _watch_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool
     configure_process(s3_endpoint_url, runs_tasks=True)
     _progress_queue = progress_queue
 
@@ -36,25 +72,61 @@ def _report(delta: dict) -> None:
         _progress_queue.put(delta)
 
 
+_STARTED = "_started"  # a worker's message: it runs this task (id, pid), so a death names its task
+
+
 def _run_in_worker(task: Task, config: PrepareConfig) -> dict:
+    _report({_STARTED: task.task_id, "pid": os.getpid()})
     return run_one(task, config, progress=_report)
 
 
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, for a message: ``killed by SIGKILL (...)``, ``exited with status 3``."""
+    if exitcode is None:
+        return "ended"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (the kernel's out-of-memory killer sends this signal)" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with status {exitcode}"
+
+
+class WorkerDied(RuntimeError):
+    """A task's worker process died under it ``MAX_WORKER_DEATHS`` times."""
+
+
 class TaskPool:
-    """``workers`` spawned processes running tasks, or this process when ``workers`` is 1."""
+    """``workers`` spawned processes running tasks, or this process when ``workers`` is 1.
+
+    A worker that dies (a signal, the out-of-memory killer, a crash) breaks the process pool; the
+    pool is then started again and the tasks it was running are submitted again, so one lost worker
+    costs one task's work, not the run. The task the dead worker ran is charged one death; after
+    :data:`MAX_WORKER_DEATHS` it fails with :class:`WorkerDied`, saying which worker died and how.
+    """
 
     def __init__(self, config: PrepareConfig, workers: int):
         self.config = config
         self.workers = workers
         self._pool = None
         self._queue = None
+        self._ctx = None
+        self._jobs: dict[Future, list] = {}  # ours -> [task, the pool's future, deaths]
+        self._running: dict[int, str] = {}  # worker pid -> the task id it last started
+        self._fruitless = 0  # pool restarts in a row that charged no task
         if workers > 1:
-            ctx = mp.get_context("spawn")
-            self._queue = ctx.Queue()
-            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self._queue, config.s3_endpoint_url))
+            self._ctx = mp.get_context("spawn")
+            self._start_pool()
         else:
             configure_process(config.s3_endpoint_url, runs_tasks=True)
+
+    def _start_pool(self) -> None:
+        # a fresh queue with each pool: a worker killed while sending holds the old queue's lock
+        self._queue = self._ctx.Queue()
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx, initializer=_init_worker,
+                                         initargs=(self._queue, self.config.s3_endpoint_url, os.getpid()))
 
     @property
     def in_process(self) -> bool:
@@ -62,9 +134,10 @@ class TaskPool:
 
     def submit(self, task: Task, on_progress: ProgressFn) -> Future:
         """Start ``task``; in this process it runs to the end before this returns."""
-        if self._pool is not None:
-            return self._pool.submit(_run_in_worker, task, self.config)
         fut: Future = Future()
+        if self._pool is not None:
+            self._jobs[fut] = [task, self._pool.submit(_run_in_worker, task, self.config), 0]
+            return fut
         try:
             fut.set_result(run_one(task, self.config, progress=on_progress))
         except (KeyboardInterrupt, SystemExit):
@@ -75,25 +148,101 @@ class TaskPool:
 
     def wait(self, futures: Iterable[Future], on_progress: ProgressFn, timeout: float = 0.5) -> set[Future]:
         """The futures done within ``timeout`` (at least one if any is done); passes progress on."""
-        done, _ = wait(list(futures), timeout=timeout, return_when=FIRST_COMPLETED)
+        futures = list(futures)
+        if self._pool is not None:
+            inner = {self._jobs[f][1]: f for f in futures if f in self._jobs}
+            done_inner, _ = wait(list(inner), timeout=timeout, return_when=FIRST_COMPLETED)
+            self.drain(on_progress)
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in done_inner):
+                self._restart(on_progress)
+            else:
+                for f in done_inner:
+                    self._settle(inner[f], f)
+        done, _ = wait(futures, timeout=0)
         self.drain(on_progress)
         return done
+
+    def _settle(self, fut: Future, inner: Future) -> None:
+        self._jobs.pop(fut)
+        exc = inner.exception()
+        if exc is None:
+            self._fruitless = 0
+            fut.set_result(inner.result())
+        else:
+            fut.set_exception(exc)
+
+    def _restart(self, on_progress: ProgressFn) -> None:
+        """A worker died and broke the pool: charge its task, start a new pool, resubmit the rest."""
+        old = self._pool
+        processes = dict(getattr(old, "_processes", None) or {})
+        for proc in processes.values():
+            proc.join(5)
+            if proc.exitcode is None:  # (the pool ends the others itself; make sure)
+                proc.terminate()
+                proc.join(5)
+        self.drain(on_progress)
+        exits = {pid: proc.exitcode for pid, proc in processes.items()}
+        # the pool ends the other workers with SIGTERM once one dies; a worker that ended any other
+        # way is the one that died (if it too got SIGTERM, every worker that had a task is charged)
+        culprits = {pid for pid, code in exits.items() if code not in (-signal.SIGTERM, None)} or set(exits)
+        old.shutdown(wait=True, cancel_futures=True)
+        self._start_pool()
+        charged: set[int] = set()
+        for fut, job in list(self._jobs.items()):
+            task, inner, deaths = job
+            if inner.done() and not isinstance(inner.exception(), BrokenProcessPool):
+                self._settle(fut, inner)
+                continue
+            pid = next((p for p, t in self._running.items() if t == task.task_id and p in culprits), None)
+            if pid is not None:
+                charged.add(pid)
+                deaths += 1
+                how = f"worker process {pid} {describe_exit(exits[pid])} while running task {task.task_id}"
+                if deaths >= MAX_WORKER_DEATHS:
+                    self._jobs.pop(fut)
+                    fut.set_exception(WorkerDied(f"{how}; it lost its worker {deaths} times, giving up"))
+                    continue
+                log.warning("%s; running it again in a new worker (%d of %d)", how, deaths + 1, MAX_WORKER_DEATHS)
+            self._jobs[fut] = [task, self._pool.submit(_run_in_worker, task, self.config), deaths]
+        for pid in sorted(culprits - charged):
+            log.warning("worker process %d %s between tasks; its pool was started again", pid,
+                        describe_exit(exits[pid]))
+        self._running = {p: t for p, t in self._running.items() if p not in exits}
+        # workers that die before they run anything (at start-up) charge no task: bound those too
+        self._fruitless = 0 if charged else self._fruitless + 1
+        if self._fruitless >= MAX_WORKER_DEATHS:
+            pid = min(culprits)
+            reason = WorkerDied(f"worker processes keep dying before they finish a task (the last: process {pid} "
+                                f"{describe_exit(exits[pid])}); the pool was started {self._fruitless} times, giving up")
+            for fut, (_, inner, _) in list(self._jobs.items()):
+                self._jobs.pop(fut)
+                inner.cancel()
+                fut.set_exception(reason)
 
     def drain(self, on_progress: ProgressFn) -> None:
         while self._queue is not None:
             try:
-                on_progress(self._queue.get_nowait())
+                delta = self._queue.get_nowait()
             except queue_mod.Empty:
                 return
+            if _STARTED in delta:
+                self._running[delta["pid"]] = delta[_STARTED]
+            else:
+                on_progress(delta)
 
     def close(self, *, cancel: bool) -> None:
         """Shut the pool down; ``cancel`` (an error or Ctrl-C): stop running tasks now."""
         if self._pool is None:
             return
+        processes = dict(getattr(self._pool, "_processes", None) or {})
         if cancel:  # unfinished tasks have committed nothing visible
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            for proc in processes.values():
                 proc.terminate()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if not cancel:  # a worker that died after its last task (nothing to redo, but say so)
+            for pid, proc in sorted(processes.items()):
+                if proc.exitcode:
+                    log.warning("worker process %d %s after its last task", pid, describe_exit(proc.exitcode))
 
 
 def finished(task: Task, fut: Future) -> dict:
@@ -113,7 +262,7 @@ class LocalExecutor:
     def run(self, tasks: Sequence[Task], on_progress: ProgressFn) -> Iterator[dict]:
         if not tasks:
             return
-        workers = max(1, min(self.config.workers or default_workers(), len(tasks)))
+        workers = max(1, min(worker_count(self.config.workers), len(tasks)))
         pool = TaskPool(self.config, workers)
         queued = list(reversed(tasks))
         # a process pool takes every task at once (it queues them); this process, one at a time

@@ -16,7 +16,22 @@ from typing import TYPE_CHECKING, Callable, Protocol
 if TYPE_CHECKING:
     from mlm_pipeline.instances.batch import InstanceBatch
 
-__all__ = ["OutputFormat", "ShardRows", "ShardWriter", "WholeShardRows"]
+__all__ = ["OutputFormat", "ShardRows", "ShardWriter", "WholeShardRows", "named"]
+
+# what a reader raises on bytes it cannot decode (a damaged or truncated shard); the exception
+# then says which shard. (A message that already starts with the shard's URL is a reader's own,
+# such as "has 10 rows, rows up to 20 requested", and is passed on as it is.)
+_READ_ERRORS = (OSError, ValueError, TypeError, IndexError, KeyError, EOFError)
+
+
+def named(url: str, exc: BaseException) -> BaseException:
+    """``exc`` as it should reach the user: a :class:`ShardDamaged` naming ``url``, unless it
+    already names it."""
+    from mlm_pipeline.errors import ShardDamaged
+
+    if isinstance(exc, ShardDamaged) or str(exc).startswith(url):
+        return exc
+    return ShardDamaged(url, exc)
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -80,11 +95,44 @@ class OutputFormat:
         """The shard files' extension, with its dot."""
         return f".{self.name}"
 
+    def read(self, url: str) -> InstanceBatch:
+        """The whole shard at ``url``; an error reading it names the shard (:func:`named`)."""
+        try:
+            return self.read_shard(url)
+        except _READ_ERRORS as exc:
+            raise named(url, exc) from exc
+
     def rows(self, url: str) -> ShardRows:
-        """A shard opened for reading row ranges (the format's own access, else whole-shard reads)."""
+        """A shard opened for reading row ranges (the format's own access, else whole-shard reads);
+        an error reading it names the shard (:func:`named`)."""
         if self.open_rows is not None:
-            return self.open_rows(url)
-        return WholeShardRows(self.read_shard, url)
+            return _NamedRows(self.open_rows, url)
+        return WholeShardRows(self.read, url)
+
+
+class _NamedRows:
+    """A format's row access whose errors name the shard."""
+
+    def __init__(self, open_rows: Callable[[str], ShardRows], url: str):
+        self._url = url
+        try:
+            self._rows = open_rows(url)
+        except _READ_ERRORS as exc:
+            raise named(url, exc) from exc
+
+    def read(self, start: int, stop: int) -> InstanceBatch:
+        try:
+            return self._rows.read(start, stop)
+        except _READ_ERRORS as exc:
+            raise named(self._url, exc) from exc
+
+    def close(self) -> None:
+        self._rows.close()
+
+    def __getattr__(self, name: str):  # anything else is the format's own reader's
+        if name == "_rows":  # (not set yet: unpickling, a failed open)
+            raise AttributeError(name)
+        return getattr(self._rows, name)
 
 
 class WholeShardRows:

@@ -79,10 +79,13 @@ def tmp_dir_for(output: str) -> str:
 
 
 def clean_tmp(output: str) -> None:
-    """Remove leftovers of killed runs (never visible as shards, but they take space)."""
+    """Remove leftovers of killed runs (never visible as shards or markers, but they take space):
+    shards being written, and markers and run files being written."""
     if fs.is_local(output):
         _, path = fs.get_fs(output)
         shutil.rmtree(layout.tmp_dir(path), ignore_errors=True)
+        for directory in (output, layout.tasks_url(output), *layout.shard_dir_urls(output)):
+            fs.remove_write_leftovers(directory)
 
 
 class ShardSink:

@@ -12,6 +12,7 @@ A byte range owns the lines that start in it (see ``ranges.py``).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Iterator
 
@@ -25,6 +26,8 @@ from mlm_pipeline.stats import ReadStats
 EXTENSIONS = (".jsonl", ".json", ".ndjson")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: these are lone
+
+log = logging.getLogger("mlm_pipeline")
 
 
 class JsonLinesFormat(InputFormat):
@@ -80,12 +83,14 @@ def _paragraph_docs(
                 continue
             try:
                 record = json.loads(text)
-            except ValueError:
-                stats.skip("bad_record")
+            except ValueError as exc:
+                _bad_record(piece, offset, f"not JSON ({exc})", stats)
                 continue
             value = record.get(field) if isinstance(record, dict) else None
             if not isinstance(value, str):
-                stats.skip("bad_record")
+                what = "not a JSON object" if not isinstance(record, dict) else (
+                    f"no {field!r} field" if field not in record else f"{field!r} is not a string")
+                _bad_record(piece, offset, what, stats)
                 continue
             if b"\\u" in line or b"\\U" in line:  # escapes may hide NUL or lone surrogates
                 if "\x00" in value:
@@ -118,3 +123,16 @@ def _check_surrogates(value: str, policy: str, url: str, offset: int) -> tuple[s
             f"{url}: lone surrogate escape in the JSON record at byte offset {offset} "
             f"({exc.reason}); use --on-decode-error replace or skip to continue past it"
         ) from exc
+
+
+_SHOWN_BAD_RECORDS = 3  # a task logs this many bad records, then only counts them
+
+
+def _bad_record(piece, offset: int, what: str, stats) -> None:
+    """Count a bad record; log where it is for the first few of a task (a byte offset: a task
+    reads a byte range of the file, so it cannot know line numbers without reading from the start)."""
+    stats.skip("bad_record")
+    n = stats.documents_skipped["bad_record"]
+    if n <= _SHOWN_BAD_RECORDS:
+        log.warning("%s: the record at byte %d is skipped: %s%s", piece.url, offset, what,
+                    " (further bad records of this task are only counted)" if n == _SHOWN_BAD_RECORDS else "")

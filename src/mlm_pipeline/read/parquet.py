@@ -43,7 +43,9 @@ class ParquetFormat(InputFormat):
         return None  # binary by design; a file that is not Parquet fails on its footer
 
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
-        return split_row_groups(url, split_bytes)
+        # the footer is read here anyway: a missing or non-text column stops the run at planning,
+        # before the output is recorded, not in the middle of it
+        return split_row_groups(url, split_bytes, text_field=options.text_field)
 
     def piece_bytes(self, piece: Piece, file_size: int, n_pieces: int) -> int:
         return max(1, file_size // max(1, n_pieces))  # row groups: the file shared evenly
@@ -54,9 +56,10 @@ class ParquetFormat(InputFormat):
         return read_parquet(piece, options, stats)
 
 
-def split_row_groups(url: str, split_bytes: int) -> list[Piece]:
+def split_row_groups(url: str, split_bytes: int, *, text_field: str | None = None) -> list[Piece]:
     """Runs of consecutive row groups of about ``split_bytes`` compressed bytes each (reads the
-    footer). A file with no row group gives one piece (which yields nothing)."""
+    footer). A file with no row group gives one piece (which yields nothing). With
+    ``text_field``, ``InputError`` if the file has no such text column."""
     import pyarrow.parquet as pq
 
     if split_bytes < 1:
@@ -68,6 +71,8 @@ def split_row_groups(url: str, split_bytes: int) -> list[Piece]:
             meta = pq.read_metadata(f)
         except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for a bad footer
             raise InputError(f"{url}: not a readable Parquet file ({exc})") from exc
+    if text_field is not None:
+        _check_text_column(url, meta.schema.to_arrow_schema(), text_field)
     pieces: list[Piece] = []
     first, acc = 0, 0
     for i in range(meta.num_row_groups):
@@ -79,6 +84,18 @@ def split_row_groups(url: str, split_bytes: int) -> list[Piece]:
         acc += rg_bytes
     pieces.append(Piece(url, "parquet", first, meta.num_row_groups if pieces else None))
     return pieces
+
+
+def _check_text_column(url: str, schema, field: str) -> None:
+    """``InputError`` unless ``schema`` has a string (or binary) column ``field``."""
+    import pyarrow as pa
+
+    if field not in schema.names:
+        raise InputError(f"{url}: no column {field!r}; columns: {', '.join(schema.names)} (choose one with --text-field)")
+    kind = schema.field(field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind)):
+        raise InputError(f"{url}: column {field!r} has type {kind}, expected a string")
 
 
 def read_parquet(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
@@ -99,20 +116,8 @@ def _paragraph_docs(
             pf = pq.ParquetFile(f, pre_buffer=False)
         except Exception as exc:  # ArrowInvalid / OSError on a bad footer
             raise InputError(f"{piece.url}: not a readable Parquet file ({exc})") from exc
-        schema = pf.schema_arrow
-        if field not in schema.names:
-            raise InputError(
-                f"{piece.url}: no column {field!r}; columns: {', '.join(schema.names)} "
-                "(choose one with --text-field)"
-            )
-        kind = schema.field(field).type
-        if not (
-            pa.types.is_string(kind)
-            or pa.types.is_large_string(kind)
-            or pa.types.is_binary(kind)
-            or pa.types.is_large_binary(kind)
-        ):
-            raise InputError(f"{piece.url}: column {field!r} has type {kind}, expected a string")
+        _check_text_column(piece.url, pf.schema_arrow, field)
+        kind = pf.schema_arrow.field(field).type
         n_groups = pf.metadata.num_row_groups
         stop = n_groups if piece.end is None else piece.end
         if stop > n_groups:

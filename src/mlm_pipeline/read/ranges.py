@@ -26,6 +26,7 @@ A compressed file is one piece: a compressed stream cannot be entered in the mid
 
 from __future__ import annotations
 
+import re
 from itertools import chain, islice
 from typing import BinaryIO, Callable, Iterator
 
@@ -40,6 +41,8 @@ CHUNK_BYTES = 1 << 20
 
 MIN_CHUNK_BYTES = 64 * 1024
 """Read size floor, for small ranges."""
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
 
 HEAD_BYTES = 64
 """How much of an over-long line is kept (enough to classify it, e.g. as a ``<doc`` line)."""
@@ -79,7 +82,8 @@ class LineReader:
     """Lines of a binary stream, with their byte offsets, in bounded memory.
 
     Iterating yields ``(start, line, too_long)``: ``start`` is the offset of the line's first
-    byte, ``line`` its bytes without the ``\\n`` (a ``\\r`` stays; callers strip). A line longer
+    byte, ``line`` its bytes without the ``\\n`` (a ``\\r`` before it stays; callers strip; a lone
+    ``\\r`` ends a line, as in Python's universal newlines, and is counted). A line longer
     than ``max_line_bytes`` is consumed chunk by chunk without being kept: it comes out as
     ``too_long=True`` with only its first ``HEAD_BYTES`` bytes, or ``b""`` if it is all ASCII
     whitespace. A UTF-8 byte-order mark at offset 0 is dropped from the first line (offsets are
@@ -97,9 +101,12 @@ class LineReader:
         *,
         max_line_bytes: int,
         chunk_bytes: int = CHUNK_BYTES,
+        end: int | None = None,
     ) -> None:
         self._stream = stream
         self._start = start
+        self.end = end
+        self.lone_cr = 0  # lone \r line ends in [start, end)
         self._limit = max_line_bytes
         self._chunk = chunk_bytes
         self.pos = start
@@ -138,16 +145,43 @@ class LineReader:
         self.pos = pos + self._take_bom()  # a mark not taken yet: the file is just a mark
 
     def _chunks(self, *, at_file_start: bool) -> Iterator[bytes]:
-        """The stream, ``chunk_bytes`` at a time; at the file start without its byte-order mark."""
+        """The stream, ``chunk_bytes`` at a time; at the file start without its byte-order mark;
+        a lone ``\\r`` (old Mac line ends) turned into ``\\n`` (see :meth:`_line_ends`)."""
         read, size = self._stream.read, self._chunk
         chunk = read(size)
         if not chunk:
             return
+        offset = self._start - 1 if self._start > 0 else 0
         if at_file_start:
             chunk = self._drop_bom(chunk)
-        yield chunk  # (possibly empty now: the first read was just the mark)
-        while chunk := read(size):
-            yield chunk
+            offset += self.bom
+        carry = b""  # a \r at the end of a chunk: what follows it decides (copies only then)
+        first = True
+        while chunk or first:
+            first = False
+            if carry:
+                chunk, carry = carry + chunk, b""
+            if chunk.endswith(b"\r"):
+                chunk, carry = chunk[:-1], b"\r"
+            if b"\r" in chunk:
+                chunk = self._line_ends(chunk, offset)
+            yield chunk  # (possibly empty: the first read was just the mark)
+            offset += len(chunk)
+            chunk = read(size)
+        if carry:  # the file ends with a \r
+            yield self._line_ends(carry, offset)
+
+    def _line_ends(self, data: bytes, offset: int) -> bytes:
+        """``data`` (file bytes from ``offset``) with each lone ``\\r`` made a ``\\n``, the way
+        Python's universal newlines read; the same length, so offsets stay those of the file, and
+        each byte's fate depends only on it and the next, so every range agrees. Those in this
+        reader's range ``[start, end)`` are counted."""
+        positions = [m.start() for m in _LONE_CR.finditer(data)]
+        if not positions:
+            return data
+        lo, hi = self._start - offset, (self.end - offset) if self.end is not None else len(data)
+        self.lone_cr += sum(1 for p in positions if lo <= p < hi)
+        return _LONE_CR.sub(b"\n", data)
 
     def _drop_bom(self, chunk: bytes) -> bytes:
         while len(chunk) < 3 and BOM.startswith(chunk):  # a short first read
@@ -230,7 +264,7 @@ def _too_long(start: int, line: bytes) -> tuple[int, bytes, bool]:
 def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
     """The ``LineReader`` of a piece opened with ``open_piece``."""
     return LineReader(
-        stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=chunk_size_for(piece)
+        stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=chunk_size_for(piece), end=piece.end
     )
 
 
@@ -292,6 +326,7 @@ class OwnedLines:
     def __exit__(self, *exc) -> None:
         span_end = self._lines.pos if self._span_end is None else self._span_end
         self._stats.bytes_read += consumed_bytes(self._stream, span_end) - self._span_start
+        self._stats.lone_cr_line_ends += self._lines.lone_cr
         self._stream.close()
 
 

@@ -13,6 +13,7 @@
                                      where its pretraining glob (DATA_DIR/pretrain_tfrecords/
                                      pretrain_data.tfrecord*) finds them with --data-dir OUTPUT
     OUTPUT/manifest.json             totals and every shard (written once, at the end)
+    OUTPUT/_prepare.lock             held (flock) by the one plain run working in a local output
 
 Every other module asks here for a name or a URL, so moving or renaming any of these is one edit.
 """
@@ -26,6 +27,7 @@ from mlm_pipeline import fs
 RUN_FILE = "_run.json"
 PLAN_FILE = "_plan.json"
 MANIFEST_FILE = "manifest.json"
+LOCK_FILE = "_prepare.lock"
 TASKS_DIR = "_tasks"
 LEASES_DIR = "_leases"
 TMP_DIR = "_tmp"
@@ -44,6 +46,11 @@ def run_url(output: str) -> str:
 
 def plan_url(output: str) -> str:
     return fs.join(output, PLAN_FILE)
+
+
+def lock_path(output_path: str) -> str:
+    """The lock file of a local output (a local path)."""
+    return f"{output_path.rstrip('/')}/{LOCK_FILE}"
 
 
 def manifest_url(output: str) -> str:
@@ -123,8 +130,8 @@ def tmp_shard_name(task_id: str) -> str:
 
 
 __all__ = [
-    "LEASES_DIR", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
-    "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
+    "LEASES_DIR", "LOCK_FILE", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
+    "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
     "shard_dir_urls",
     "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

@@ -13,16 +13,20 @@ any number of workers can share one:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config, by_content_names
+from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
+from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece
 from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
@@ -143,7 +147,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     for s in plan.skipped_files:
         log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = run_record(config, tok.fingerprint, plan)
-    check_or_start_run(config, record, plan)
+    check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
         clean_tmp(config.output)
@@ -153,9 +157,32 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     return RunStart(plan=plan, record=record, done=done)
 
 
+def input_fingerprints(plan: Plan, *, full: bool = False) -> dict[str, str]:
+    """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
+    of each of its pieces: the byte range of a byte-range piece, else the whole file, side files
+    included); 32 files at a time on an object store."""
+    def ranges(task: Task) -> list[tuple[str, int, int | None]]:
+        out = []
+        for p in task.pieces:
+            if p.compression is None and get_input_format(p.fmt).unit == "bytes":
+                out.append((p.url, p.start, p.end))
+            else:
+                out.append((p.url, 0, None))
+            out += [(u, 0, None) for u in (p.extra or {}).get("side_files", [])]
+        return out
+
+    wanted = sorted({r for t in plan.tasks for r in ranges(t)}, key=lambda r: (r[0], r[1], r[2] or -1))
+    threads = 1 if all(fs.is_local(u) for u, _, _ in wanted) else 32
+    with ThreadPoolExecutor(threads) as pool:
+        fps = dict(zip(wanted, pool.map(lambda r: fs.content_fingerprint(r[0], start=r[1], end=r[2], full=full),
+                                        wanted)))
+    return {t.task_id: hashlib.sha256("\n".join(fps[r] for r in ranges(t)).encode()).hexdigest()
+            for t in plan.tasks}
+
+
 def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     """The content of ``_run.json``: what must match for a run to be resumed."""
-    return {
+    record = {
         "version": __version__,
         "algorithm": ALGORITHM,
         "settings": config.output_settings(),
@@ -163,14 +190,28 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "tokenizer_fingerprint": tokenizer_fp,
         "plan_fingerprint": plan.fingerprint(),
         "tasks": len(plan.tasks),
+        "input_fingerprints": input_fingerprints(plan),
+        "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
+    if config.verify_inputs:
+        record["input_sha256"] = input_fingerprints(plan, full=True)
+    return record
 
 
-def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = None) -> None:
+def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = None, *,
+                       replace_empty: bool = False) -> None:
     """Write ``_run.json`` if absent; else raise :class:`OutputError` listing everything that
-    differs: settings, algorithm, tokenizer (by content) and input files (``plan``'s against the
-    existing ``_plan.json``)."""
+    differs: settings, algorithm, tokenizer (by content), input files (``plan``'s against the
+    existing ``_plan.json``) and the inputs' content.
+
+    ``replace_empty``: a run with other settings that completed no task (it failed or was stopped
+    before any) is replaced instead (only where no other worker can be using the output).
+    """
     url = layout.run_url(config.output)
+    if fs.is_local(config.output):
+        local = fs.get_fs(config.output)[1]
+        if os.path.exists(local) and not os.path.isdir(local):
+            raise OutputError(f"the output {config.output} is a file, not a directory: give a directory for --output")
     try:
         existing = json.loads(fs.read_bytes(url)) if fs.exists(url) else None
     except (OSError, json.JSONDecodeError) as exc:
@@ -184,9 +225,11 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
     problems = []
     old, new = existing.get("settings", {}), record["settings"]
+    label = {s.name: s.label for s in settings_of(PrepareConfig)}  # as the flags name them
     for key in sorted((set(old) | set(new)) - by_content_names()):  # a tokenizer is compared by content below
         if old.get(key) != new.get(key):
-            problems.append(f"{key.replace('_', '-')}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
+            name = label.get(key, key.replace("_", "-"))
+            problems.append(f"{name}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
     if existing.get("algorithm", 1) != record["algorithm"]:
         problems.append(
             f"the existing run was made by a version that builds other instances (algorithm "
@@ -199,11 +242,48 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         if changed or not problems:  # else the settings listed above explain the other plan
             problems.append("the input files changed since the existing run started"
                             + (f": {changed}" if changed else " (different files or sizes)"))
+    if not problems:
+        problems += _changed_inputs(config.output, existing, record, plan)
+    if problems and replace_empty and not done_task_ids(config.output):
+        log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
+        fs.remove(layout.plan_url(config.output))
+        fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        return
     if problems:
         raise OutputError(
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _changed_inputs(output: str, existing: dict, record: dict, plan: Plan | None) -> list[str]:
+    """The completed tasks whose input bytes changed since the existing run recorded them (by each
+    kind of fingerprint both records hold; a record without them, from an older version, is
+    trusted). A task not completed yet reads the inputs as they are now, so an input may be
+    repaired where a task failed on it."""
+    done = done_task_ids(output)
+    describe = {t.task_id: t.describe() for t in plan.tasks} if plan is not None else {}
+    for key, how in (("input_fingerprints", "sampled blocks or ETag"), ("input_sha256", "SHA-256 of its bytes")):
+        old, new = existing.get(key), record.get(key)
+        if old is None or new is None:
+            continue
+        changed = sorted(t for t in done if t in old and old.get(t) != new.get(t))
+        if changed:
+            shown = "; ".join(f"task {t} ({describe.get(t, '?')})" for t in changed[:5])
+            more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+            return [f"the input bytes of completed tasks changed since the existing run started ({how}): "
+                    f"{shown}{more}"]
+    if record.get("input_sha256") is not None and existing.get("input_sha256") is None:
+        log.warning("--verify-inputs: the existing run recorded no SHA-256 of its inputs; checked by sampled "
+                    "blocks only")
+    old_m, new_m = existing.get("input_modified") or {}, record.get("input_modified") or {}
+    touched = sorted(u for u in new_m if u in old_m and old_m[u] != new_m[u])
+    if touched:
+        log.warning("%s modified since the run started; the parts that completed tasks read show no change "
+                    "(sampled blocks%s): those tasks are kept, the others read the files as they are now",
+                    ", ".join(touched[:5]) + (" ..." if len(touched) > 5 else ""),
+                    "" if record.get("input_sha256") else "; --verify-inputs compares every byte")
+    return []
 
 
 def _input_changes(output: str, plan: Plan | None, shown: int = 5) -> str:
@@ -276,10 +356,10 @@ def done_task_ids(output: str) -> set[str]:
 
 def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
     """The tasks done under this config: marker present and readable, made with these output
-    settings, and every shard it lists present. The markers are read in batches (``fs.read_many``)."""
+    settings, and every shard it lists present with the size the marker records (a truncated
+    shard makes its task run again; the listing gives the sizes, so this costs nothing). The markers are read in batches (``fs.read_many``)."""
     names = done_task_ids(config.output)
-    shard_names = {p.rstrip("/").rsplit("/", 1)[-1] for d in layout.shard_dir_urls(config.output)
-                   for p in fs.listdir(d)}
+    shard_sizes = {name: size for d in layout.shard_dir_urls(config.output) for name, size in fs.list_sizes(d).items()}
     fingerprint = config.output_fingerprint()  # (milliseconds with many inputs: once, not per marker)
     ids = [t.task_id for t in plan.tasks if t.task_id in names]
     done = CompletedTasks(plan)
@@ -290,9 +370,18 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
             marker = None
         if marker is None or marker.get("output_fingerprint") != fingerprint:
             continue  # unreadable, or made with other settings: redo the task
-        if all(s["path"].rsplit("/", 1)[-1] in shard_names for s in marker["shards"]):
-            done.add(marker)
+        bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
+        if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
+            log.warning("redoing task %s: shard %s is %s", marker["task_id"], bad[0],
+                        "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
+                        f"{shard_sizes[bad[0].rsplit('/', 1)[-1]]} bytes, its marker says {_bytes_of(marker, bad[0])}")
+            continue
+        done.add(marker)
     return done
+
+
+def _bytes_of(marker: dict, path: str) -> int:
+    return next(s["bytes"] for s in marker["shards"] if s["path"] == path)
 
 
 __all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",

@@ -86,6 +86,9 @@ class MLMDataset(IterableDataset):
             the output's ``max_seq_length``, or a list of upper bounds. Needs ``bin_batch_size``,
             the loader's batch size, which must divide ``shuffle_buffer``. Pad with the
             collator's ``pad_to_multiple_of=8``.
+        verify: how each shard is checked against the manifest when a process first opens it:
+            ``sha256`` (reads it once more), ``size`` (one metadata request) or ``none``. A shard
+            that differs raises :class:`~mlm_pipeline.errors.ShardDamaged` naming it.
 
     A sample is a dict of numpy arrays and ints: ``input_ids`` (int32), ``token_type_ids``
     (int8), ``masked_lm_positions`` / ``masked_lm_ids`` (int32, empty for unmasked data),
@@ -110,8 +113,14 @@ class MLMDataset(IterableDataset):
         pad_ranks: bool = False,
         length_bins: int | Sequence[int] | None = None,
         bin_batch_size: int | None = None,
+        verify: str = "sha256",
     ):
         super().__init__()
+        from mlm_pipeline.verify import CHECKS
+
+        if verify not in CHECKS:
+            raise ValueError(f"verify must be one of {', '.join(CHECKS)}, got {verify!r}")
+        self.verify = verify
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
@@ -323,7 +332,7 @@ class MLMDataset(IterableDataset):
         sizes = plan.window_sizes
         if in_process:
             self._yielded, self._finished = 0, False
-        reader = ShardRowReader(self.sources, max_open=self.interleave)
+        reader = ShardRowReader(self.sources, max_open=self.interleave, verify=self.verify)
         try:
             for w in runs[worker].tolist():
                 size = int(sizes[w])

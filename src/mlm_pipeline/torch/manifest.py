@@ -22,7 +22,7 @@ from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
 
-__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared"]
+__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared", "verify_shard"]
 
 MASKINGS = ("static", "none")
 
@@ -31,6 +31,8 @@ MASKINGS = ("static", "none")
 class ShardEntry:
     url: str
     instances: int
+    bytes: int | None = None  # as the manifest records them (None in a hand-made manifest)
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ def load_prepared(url: str) -> PreparedOutput:
     for entry in manifest.get("shards", []):
         path = entry["path"]
         shard_url = path if "://" in path or path.startswith("/") else fs.join(url, path)
-        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"])))
+        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"]), bytes=entry.get("bytes"),
+                                 sha256=entry.get("sha256")))
     objective = manifest.get("objective", "nsp")
     masking = manifest.get("masking", "static")
     if objective not in objective_names():
@@ -138,6 +141,25 @@ def load_prepared(url: str) -> PreparedOutput:
                           tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
 
 
+_VERIFIED: set[tuple[str, str]] = set()  # (shard URL, check) verified in this process
+
+
+def verify_shard(entry: ShardEntry, check: str) -> None:
+    """Check a shard against the manifest's size and SHA-256 (``check``: ``sha256``, ``size`` or
+    ``none``), once per process; :class:`~mlm_pipeline.errors.ShardDamaged` naming it if it differs."""
+    from mlm_pipeline.errors import ShardDamaged
+    from mlm_pipeline.verify import check_shard
+
+    if check == "none" or (entry.url, check) in _VERIFIED:
+        return
+    problem = check_shard(entry.url, size=entry.bytes, sha256=entry.sha256, check=check)
+    if problem == "missing":
+        raise ShardDamaged(entry.url, FileNotFoundError(entry.url))
+    if problem is not None:
+        raise ShardDamaged(entry.url, ValueError(f"{problem} in manifest.json"))
+    _VERIFIED.add((entry.url, check))
+
+
 class ShardRowReader:
     """Reads rows ``[start, stop)`` of the shards of one or more prepared outputs.
 
@@ -146,10 +168,18 @@ class ShardRowReader:
     reads a little of many shards in turn, as an interleaved epoch does, opens each once. Reading
     goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only the row
     groups a range overlaps (and keeps the last one for the next range), TFRecord skips the
-    records before it by their headers and reads on from where the previous range ended.
+    records before it by their headers and reads on from where the previous range ended. Each
+    shard is checked against its manifest when this process first opens it (``verify``, see
+    :func:`verify_shard`).
     """
 
-    def __init__(self, prepared: PreparedOutput | list[PreparedOutput], max_open: int = 1):
+    def __init__(self, prepared: PreparedOutput | list[PreparedOutput], max_open: int = 1, *,
+                 verify: str = "sha256"):
+        from mlm_pipeline.verify import CHECKS
+
+        if verify not in CHECKS:
+            raise ValueError(f"verify must be one of {', '.join(CHECKS)}, got {verify!r}")
+        self._verify = verify
         outputs = prepared if isinstance(prepared, (list, tuple)) else [prepared]
         self._shards = [(out.format, entry) for out in outputs for entry in out.shards]
         self._max_open = max(1, max_open)
@@ -164,6 +194,7 @@ class ShardRowReader:
         if rows is None:
             while len(self._open) >= self._max_open:
                 self._open.popitem(last=False)[1].close()
+            verify_shard(entry, self._verify)
             rows = fmt.rows(entry.url)
         self._open[shard] = rows
         batch = rows.read(start, stop)

@@ -244,6 +244,22 @@ def evaluate(model, batches: list[dict]) -> float | None:
     return total / max(count, 1)
 
 
+def _load_checkpoint(path: str) -> dict:
+    """A checkpoint's tensors and plain data, never its pickled objects (``weights_only``): a
+    checkpoint from elsewhere cannot run code. ``ValueError`` naming the file otherwise."""
+    import pickle
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a checkpoint that loads as plain tensors and data ({first}); "
+                         "only checkpoints written by mlm-pipeline train are resumed") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"{path}: not a checkpoint of mlm-pipeline train (no state_dict)")
+    return checkpoint
+
+
 def main(config: TrainConfig) -> dict:
     """Train, checkpoint and return the summary (also written to ``summary.json``)."""
     import pytorch_lightning as pl
@@ -282,7 +298,7 @@ def main(config: TrainConfig) -> dict:
         steps=config.steps, pad_id=collator.pad_id,
     )
     if config.resume:  # the weights evaluated "before" are the checkpoint's
-        module.load_state_dict(torch.load(config.resume, map_location="cpu", weights_only=False)["state_dict"])
+        module.load_state_dict(_load_checkpoint(config.resume)["state_dict"])
     loss_before = evaluate(module.model, eval_batches)
 
     log_path = out / "loss.csv"
@@ -305,7 +321,8 @@ def main(config: TrainConfig) -> dict:
             callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
         )
         started = time.perf_counter()
-        trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume)
+        # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
+        trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
         seconds = time.perf_counter() - started
     (out / "checkpoints").mkdir(exist_ok=True)
     trainer.save_checkpoint(out / "checkpoints" / "last.ckpt", weights_only=False)

@@ -1,0 +1,86 @@
+"""One ``prepare`` at a time on a local output: an exclusive ``flock`` on ``OUTPUT/_prepare.lock``.
+
+A second plain run on the same directory is refused at once, with a message naming the holder
+(pid, host, start time). The kernel releases the lock when its holder exits, however it exits
+(``kill -9`` too), so a killed run never locks its output for good; the holder deletes the file
+when it finishes. Workers that share an output on purpose (``--claim``, ``--task-count``) take no
+lock: leases and the task split keep them apart. Outputs on object stores are not locked (two
+plain runs there are told apart only by ``--claim``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from mlm_pipeline import fs
+from mlm_pipeline.errors import OutputError
+from mlm_pipeline.run import layout
+
+__all__ = ["RunLock"]
+
+
+class RunLock:
+    """``with RunLock(output):`` holds the output's lock (a no-op for an object store)."""
+
+    def __init__(self, output: str):
+        self.output = output
+        self._fd: int | None = None
+        self._path: str | None = None
+
+    def __enter__(self) -> RunLock:
+        if not fs.is_local(self.output):
+            return self
+        import fcntl
+
+        _, directory = fs.get_fs(self.output)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise OutputError(f"the output {self.output} is a file, not a directory: give a directory for --output")
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write to output {self.output}: {exc.strerror or exc}") from exc
+        path = layout.lock_path(directory)
+        while True:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _describe(os.read(fd, 4096))
+                os.close(fd)
+                raise OutputError(
+                    f"{self.output} is in use by another prepare run ({holder}): wait for it to finish, "
+                    "stop it, or give another --output"
+                ) from None
+            try:  # the holder deletes the file when it finishes: make sure ours is still the file
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+        self._fd, self._path = fd, path
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self._path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # releases the lock
+        self._fd = self._path = None
+
+
+def _describe(data: bytes) -> str:
+    try:
+        holder = json.loads(data)
+        return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
+    except (ValueError, KeyError, TypeError):
+        return "holder unknown"

@@ -1,0 +1,149 @@
+"""Check shards against what their run recorded: present, of the recorded size, of the recorded SHA-256.
+
+Every shard's size and SHA-256 are recorded in its task's marker and in ``manifest.json`` when it
+is committed. ``mlm-pipeline verify OUTPUT`` (:func:`verify_output`) checks every shard of a
+complete run against the manifest (or, before the manifest exists, against the markers) and names
+each bad one; the torch loader checks each shard it opens (:func:`check_shard`), and a resumed
+``prepare`` compares sizes before it trusts a completed task.
+
+A size check costs one metadata request; a SHA-256 check reads the shard once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mlm_pipeline import fs
+from mlm_pipeline.errors import InspectError
+from mlm_pipeline.run import layout
+
+__all__ = ["CHECKS", "ShardProblem", "VerifyResult", "check_shard", "file_sha256", "forget_bad_tasks", "verify_output"]
+
+CHECKS = ("sha256", "size", "none")
+"""How thoroughly a shard is checked: its SHA-256 (reads it), its size only, or not at all."""
+
+_CHUNK = 8 << 20
+
+
+def file_sha256(url: str) -> str:
+    """The SHA-256 of a file (local path or fsspec URL), read in 8 MiB chunks."""
+    digest = hashlib.sha256()
+    with fs.open_url(url, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                return digest.hexdigest()
+            digest.update(chunk)
+
+
+def check_shard(url: str, *, size: int | None, sha256: str | None, check: str = "sha256") -> str | None:
+    """What is wrong with the shard at ``url`` compared with its recorded ``size`` and ``sha256``;
+    None if nothing (or if ``check`` is ``none``, or nothing was recorded)."""
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+    if check == "none":
+        return None
+    try:
+        actual = fs.file_size(url)
+    except FileNotFoundError:
+        return "missing"
+    if size is not None and actual != size:
+        return f"{actual} bytes, the run recorded {size}" + (" (truncated)" if actual < size else "")
+    if check == "sha256" and sha256:
+        got = file_sha256(url)
+        if got != sha256:
+            return f"sha256 {got[:16]}..., the run recorded {sha256[:16]}... (content changed)"
+    return None
+
+
+@dataclass(frozen=True)
+class ShardProblem:
+    path: str  # as the manifest records it (relative to the output)
+    problem: str
+
+
+@dataclass
+class VerifyResult:
+    output: str
+    checked: int = 0
+    bytes_checked: int = 0
+    problems: list[ShardProblem] = field(default_factory=list)
+    source: str = layout.MANIFEST_FILE
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _recorded_shards(output: str) -> tuple[list[dict], str]:
+    """The shards a run recorded: the manifest's, else (a run not finalized) its markers'."""
+    manifest_url = layout.manifest_url(output)
+    if fs.exists(manifest_url):
+        try:
+            return json.loads(fs.read_bytes(manifest_url)).get("shards", []), layout.MANIFEST_FILE
+        except json.JSONDecodeError as exc:
+            raise InspectError(f"cannot parse {manifest_url}: {exc}") from None
+    if not fs.exists(layout.run_url(output)):
+        raise InspectError(f"{output} holds no run of mlm-pipeline prepare (no {layout.MANIFEST_FILE}, "
+                           f"no {layout.RUN_FILE})")
+    shards = []
+    for url, marker in _markers(output):
+        if marker is None:
+            shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": True})
+        else:
+            shards.extend(marker["shards"])
+    return shards, f"the task markers in {layout.TASKS_DIR}/ (no {layout.MANIFEST_FILE} yet)"
+
+
+def _markers(output: str) -> list[tuple[str, dict | None]]:
+    """(URL, content) of every task marker of the output; content None when it cannot be read."""
+    ids = (layout.task_id_of(p) for p in fs.listdir(layout.tasks_url(output)))
+    urls = [layout.marker_url(output, i) for i in sorted(i for i in ids if i is not None)]
+    found = []
+    for url, data in zip(urls, fs.read_many(urls)):
+        try:
+            marker = json.loads(data) if data is not None else None
+            found.append((url, marker if isinstance(marker, dict) and "shards" in marker else None))
+        except json.JSONDecodeError:
+            found.append((url, None))
+    return found
+
+
+def forget_bad_tasks(output: str, result: VerifyResult) -> list[str]:
+    """Make the tasks whose shards ``result`` found bad count as not done: delete their markers
+    (and ``manifest.json``, which lists their shards), so that running the same ``prepare``
+    again redoes exactly those tasks, rewriting the same bytes. Returns the task ids."""
+    bad = {p.path for p in result.problems}
+    forgotten = []
+    for url, marker in _markers(output):
+        if marker is None or bad & {s["path"] for s in marker["shards"]} or url in bad:
+            fs.remove(url)
+            forgotten.append(layout.task_id_of(url))
+    if forgotten:
+        fs.remove(layout.manifest_url(output))
+    return forgotten
+
+
+def verify_output(output: str, *, check: str = "sha256", threads: int = 4) -> VerifyResult:
+    """Check every shard of the run in ``output``; the result lists each bad shard and why."""
+    shards, source = _recorded_shards(output)
+    result = VerifyResult(output=output, source=source)
+
+    def one(entry: dict) -> tuple[dict, str | None]:
+        if entry.get("unreadable_marker"):
+            return entry, "task marker cannot be read"
+        path = entry["path"]
+        url = path if "://" in path or path.startswith("/") else fs.join(output, path)
+        return entry, check_shard(url, size=entry.get("bytes"), sha256=entry.get("sha256"), check=check)
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for entry, problem in pool.map(one, shards):
+            result.checked += 1
+            if problem is None:
+                result.bytes_checked += int(entry.get("bytes") or 0)
+            else:
+                result.problems.append(ShardProblem(entry["path"], problem))
+    return result

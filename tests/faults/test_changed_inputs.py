@@ -1,0 +1,94 @@
+"""Inputs edited between a killed run and its resume: an edit in what a completed task read is
+refused, not mixed into the output; an edit where no completed task read (a damaged part
+repaired after its task failed) is read as it is now."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from faults.helpers import run_config
+
+
+def _first_run_one_task(corpus, out, **settings):
+    """Start a run and complete its first task (as a run killed early would have); returns the
+    config and that task."""
+    from mlm_pipeline.executors.base import run_one
+    from mlm_pipeline.run.state import start_run
+
+    config = run_config(corpus, out, **settings)
+    start = start_run(config)
+    task = start.pending[0]
+    run_one(task, config)
+    return config, start
+
+
+@pytest.fixture
+def own_corpus(corpus, tmp_path):
+    d = tmp_path / "corpus"
+    shutil.copytree(corpus, d)
+    return d
+
+
+def _flip(path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] = ord("Q") if data[offset] != ord("Q") else ord("R")
+    path.write_bytes(bytes(data))
+
+
+def _piece(task):
+    from pathlib import Path
+
+    piece = task.pieces[0]
+    path = Path(piece.url)
+    return path, piece.start, piece.end if piece.end is not None else path.stat().st_size
+
+
+def test_an_edit_without_a_size_change_in_a_completed_task_is_refused(own_corpus, tmp_path):
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.pipeline import run_prepare
+
+    config, start = _first_run_one_task(own_corpus, tmp_path / "out")
+    path, begin, _ = _piece(start.plan.tasks[0])
+    _flip(path, begin + 10)  # inside the range's first sampled block
+    with pytest.raises(OutputError, match="input bytes of completed tasks changed .*task 00000"):
+        run_prepare(config, show_progress=False)
+
+
+def test_an_edit_where_no_completed_task_read_is_read_as_it_is_now(own_corpus, tmp_path, caplog):
+    from mlm_pipeline.pipeline import run_prepare
+
+    config, start = _first_run_one_task(own_corpus, tmp_path / "out")
+    path, begin, _ = _piece(start.plan.tasks[1])
+    assert start.plan.tasks[1].task_id not in start.done
+    _flip(path, begin + 10)
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        manifest = run_prepare(config, show_progress=False)
+    assert manifest["tasks"] == len(start.plan.tasks)
+    assert "modified since the run started; the parts that completed tasks read show no change" in caplog.text
+
+
+def test_verify_inputs_finds_a_byte_changed_between_sampled_blocks(own_corpus, tmp_path):
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.pipeline import run_prepare
+
+    plain, start = _first_run_one_task(own_corpus, tmp_path / "plain")
+    checked, _ = _first_run_one_task(own_corpus, tmp_path / "checked", verify_inputs=True)
+    path, begin, end = _piece(start.plan.tasks[0])
+    assert end - begin > 8 * 3 * 4096  # (sampled blocks are a seventh of the range apart)
+    _flip(path, begin + 4096 + 1000)  # between the first and the second sampled block
+
+    run_prepare(plain, show_progress=False)  # not seen without --verify-inputs (documented)
+    with pytest.raises(OutputError, match="SHA-256 of its bytes\\): task 00000"):
+        run_prepare(checked, show_progress=False)
+
+
+def test_an_unchanged_input_resumes(own_corpus, tmp_path, clean_run):
+    from faults.helpers import assert_as_clean
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path / "out"
+    config, _ = _first_run_one_task(own_corpus, out, verify_inputs=True)
+    run_prepare(config, show_progress=False)
+    assert_as_clean(out, clean_run("parquet"))

@@ -1,0 +1,60 @@
+"""A second ``prepare`` on an output in use, a run that completed nothing, an output that is a file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from faults.helpers import assert_as_clean, prepare_args, run_config
+
+
+def test_a_second_run_on_the_same_output_is_refused_naming_the_first(corpus, clean_run, tmp_path, tally):
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "_run.json").exists():
+        assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
+        time.sleep(0.02)
+    second = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2
+    assert f"is in use by another prepare run (pid {first.pid} on " in second.stderr
+    assert "Traceback" not in second.stderr
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert_as_clean(out, clean)
+    assert not (out / "_prepare.lock").exists()
+    tally.record("concurrent second run")
+
+
+def test_a_run_that_completed_no_task_is_replaced(corpus, clean_run, tmp_path, caplog):
+    """A first attempt with other settings that stopped before any task completed does not lock
+    the output to those settings; one with a completed task does."""
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.run.state import start_run
+
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    start_run(run_config(corpus, out, max_seq_length=64))  # recorded, planned, nothing run
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        run_prepare(run_config(corpus, out, workers=2), show_progress=False)
+    assert "it completed no task (max-seq-length: 64 in the existing run, 128 now)" in caplog.text
+    assert_as_clean(out, clean)
+    with pytest.raises(OutputError, match="already holds a run with other settings"):
+        run_prepare(run_config(corpus, out, max_seq_length=64), show_progress=False)
+
+
+def test_an_output_that_is_a_file_is_named_as_such(corpus, tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("not a directory")
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, target)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"the output {target} is a file, not a directory" in proc.stderr
+    assert "File exists" not in proc.stderr

@@ -1,0 +1,197 @@
+"""kill -9 and SIGTERM of ``prepare``'s main process and of a pool worker, at three points of a run.
+
+The main process killed: its workers end with it (none outlives the run), SIGTERM says so and
+exits 143, and the same command run again completes the run. A worker killed: the pool starts a
+new one, runs the lost task again, and the run completes by itself, naming the worker and how it
+died. Either way the shards are byte-identical to a clean run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faults.helpers import assert_as_clean, prepare_args
+
+pytestmark = pytest.mark.slow
+
+POINTS = {"first task done": lambda n: 1, "half the tasks done": lambda n: n // 2, "all but one done": lambda n: n - 1}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+def _start(corpus, out) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_behind():
+    """A case that fails midway (a timeout) still ends the runs it started, workers included."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+
+
+def _wait_markers(proc, out: Path, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tasks = out / "_tasks"
+        if tasks.exists() and sum(1 for p in tasks.iterdir() if p.suffix == ".json") >= count:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"prepare ended before {count} tasks were done: {proc.stderr.read()}")
+        time.sleep(0.02)
+    pytest.fail(f"{count} tasks not done in {timeout}s")
+
+
+def _workers(pid: int) -> list[int]:
+    return [c for c in _children(pid) if "spawn_main" in _cmdline(c) and "resource_tracker" not in _cmdline(c)]
+
+
+def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)], "processes outlived their run"
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    proc = _start(corpus, out)
+    _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    descendants = _children(proc.pid)
+    assert _workers(proc.pid), "the run should have pool workers"
+    os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    _assert_gone(descendants)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, stderr
+        assert "terminated (SIGTERM)" in stderr and "run the same command again" in stderr
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists() or point == "all but one done"
+
+    rerun = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_as_clean(out, clean)
+    tally.record(f"{signal.Signals(sig).name} main, {point}")
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_worker_killed(sig, point, corpus, clean_run, tmp_path, tally):
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    proc = _start(corpus, out)
+    _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    workers = _workers(proc.pid)
+    assert workers
+    os.kill(workers[0], sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr  # the lost task ran again in a new worker
+    name = signal.Signals(sig).name
+    assert f"worker process {workers[0]} killed by {name}" in stderr, stderr
+    # (a worker killed between two tasks, or after the last, had no task to lose)
+    assert any(s in stderr for s in ("running it again in a new worker (2 of 3)", "between tasks",
+                                     "after its last task")), stderr
+    assert_as_clean(out, clean)
+    _assert_gone(workers)
+    tally.record(f"{name} worker, {point}")
+
+
+@pytest.mark.parametrize("under_a_task, expected", [
+    (True, "lost its worker 3 times, giving up"),
+    (False, "worker processes keep dying before they finish a task"),  # killed as they start
+], ids=["under-a-task", "at-start-up"])
+def test_a_task_that_keeps_losing_its_worker_fails_after_three_deaths(under_a_task, expected, tmp_path):
+    """Every worker is killed: each task is run 3 times (or the pool started 3 times when the
+    workers die before running anything), then the run fails naming the worker and how it died,
+    and no process is left."""
+    from faults.helpers import SOURCES
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for src in SOURCES[:2]:  # two tasks of 8 MB: seconds each, so a kill lands inside one
+        (corpus / src.name).write_bytes(src.read_bytes() * 8)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(corpus, out, split_bytes="8MiB")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed: set[int] = set()
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        for pid in _workers(proc.pid):
+            # under a task: once the worker has sent its first message (its queue's feeder thread
+            # exists then: a third thread beside the main one and the parent watch)
+            if pid not in killed and (not under_a_task or _threads(pid) >= 3):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed.add(pid)
+        time.sleep(0.05)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert expected in stderr and "killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "2 of 2 tasks failed" in stderr
+    assert not (out / "manifest.json").exists()
+    _assert_gone(list(killed))

@@ -1,0 +1,61 @@
+"""S3 faults between the pipeline and a real S3 server (SeaweedFS): connection resets, 500 and 503
+answers, slow answers and uploads cut midway, injected by a proxy on 127.0.0.1 (:mod:`.faulty_proxy`).
+The storage client's retries carry the run through, to the clean run's bytes; an endpoint that
+cannot be reached at all gives one line naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest_servers import free_ports, s3_env, subprocess_env
+from faults.faulty_proxy import FaultyProxy
+from faults.helpers import documents_lost, prepare_args, shard_table
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
+
+CYCLE = ["ok", "reset", "ok", "503", "ok", "slow", "ok", "500", "ok", "cut-upload", "ok", "ok"]
+
+
+def test_a_run_through_s3_faults_completes_with_the_clean_bytes(seaweedfs, corpus, clean_run, tally):
+    clean = clean_run("parquet")
+    proxy = FaultyProxy(seaweedfs.endpoint, CYCLE, budget=20, slow_seconds=1.0)
+    out = seaweedfs.new_prefix("faults")
+    try:
+        env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": proxy.endpoint})
+        run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                             capture_output=True, text=True, timeout=400, env=env)
+    finally:
+        proxy.close()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {"reset", "503", "500", "slow", "cut-upload"} <= set(proxy.injected), proxy.injected
+
+    bucket, prefix = out[len("s3://"):].split("/", 1)
+    manifest = json.loads(seaweedfs.client().get_object(Bucket=bucket, Key=f"{prefix}/manifest.json")["Body"].read())
+    assert shard_table(manifest) == shard_table(clean)
+    assert documents_lost(manifest, clean) == 0
+    keys = seaweedfs.keys(out)
+    assert not [k for k in keys if ".tmp-" in k or k.endswith(".lock") or k.startswith("_tmp/")]
+    with s3_env(seaweedfs):
+        from mlm_pipeline.verify import verify_output
+
+        result = verify_output(out)
+    assert result.ok and result.checked == len(clean["shards"])
+    tally.record(f"S3 faults ({', '.join(f'{n} {k}' for k, n in sorted(proxy.injected.items()))})",
+                 injected=sum(proxy.injected.values()), recovered=sum(proxy.injected.values()))
+
+
+def test_an_unreachable_endpoint_is_one_line_naming_it(corpus, tmp_path, seaweedfs):
+    (port,) = free_ports(1)  # nothing listens there
+    endpoint = f"http://127.0.0.1:{port}"
+    env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": endpoint})
+    run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, "s3://mlm-test/x"),
+                          "--s3-endpoint-url", endpoint], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and len(run.stderr.splitlines()) < 5, run.stderr[-2000:]
+    assert errors[0].startswith(f"error: storage error ({endpoint}): EndpointConnectionError")

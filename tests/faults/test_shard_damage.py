@@ -1,0 +1,132 @@
+"""Corrupted, truncated and missing shards, as ``verify``, a resumed ``prepare``, ``inspect`` and
+the torch loader see them: each names the shard, and the rerun rewrites the clean bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from faults.helpers import assert_as_clean, run_config
+
+
+def _copy_clean(clean_run, tmp_path, fmt) -> tuple[Path, dict]:
+    manifest = clean_run(fmt)
+    from faults.conftest import _CLEAN
+
+    out = tmp_path / "out"
+    shutil.copytree(_CLEAN[fmt][1], out)
+    return out, manifest
+
+
+def _cli(*args) -> tuple[int, str]:
+    from mlm_pipeline.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def _flip(path: Path, at: float = 0.4) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0x20
+    path.write_bytes(bytes(data))
+
+
+def _rerun(corpus, out, fmt):
+    from mlm_pipeline.pipeline import run_prepare
+
+    return run_prepare(run_config(corpus, out, fmt=fmt), show_progress=False)
+
+
+def _loader_error(out: Path, verify: str) -> str:
+    from mlm_pipeline.errors import ShardDamaged
+    from mlm_pipeline.torch.dataset import MLMDataset
+    from mlm_pipeline.torch import manifest as loader_manifest
+
+    loader_manifest._VERIFIED.clear()
+    with pytest.raises(ShardDamaged) as err:
+        for _ in MLMDataset(str(out), shuffle=False, verify=verify):
+            pass
+    return str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tfrecord"])
+def test_a_flipped_byte_is_named_by_verify_loader_and_inspect_and_repaired(fmt, corpus, clean_run, tmp_path, tally):
+    pytest.importorskip("torch")
+    out, clean = _copy_clean(clean_run, tmp_path, fmt)
+    victim = out / clean["shards"][3]["path"]
+    _flip(victim)
+
+    code, text = _cli("verify", out)
+    assert code == 1
+    assert f"BAD {clean['shards'][3]['path']}: sha256" in text and "1 of" in text
+    assert _cli("verify", out, "--size-only")[0] == 0  # a flipped byte keeps the size
+
+    # the loader: by the manifest's SHA-256 (default), and by the format's own checksums alone
+    assert str(victim) in _loader_error(out, "sha256") and "sha256" in _loader_error(out, "sha256")
+    message = _loader_error(out, "none")
+    assert str(victim) in message
+    assert ("CRC" in message) or ("crc" in message.lower())
+
+    code, text = _cli("inspect", out, "-n", "100000", "--json")
+    assert code == 2 and str(victim) in text
+
+    code, text = _cli("verify", out, "--repair")
+    assert code == 1 and "1 task(s) marked not done" in text
+    _rerun(corpus, out, fmt)
+    assert_as_clean(out, clean)
+    assert _cli("verify", out)[0] == 0
+    tally.record(f"flipped byte in a {fmt} shard")
+
+
+def test_a_truncated_shard_is_redone_on_resume(corpus, clean_run, tmp_path, tally, caplog):
+    out, clean = _copy_clean(clean_run, tmp_path, "parquet")
+    entry = clean["shards"][2]
+    victim = out / entry["path"]
+    victim.write_bytes(victim.read_bytes()[: entry["bytes"] // 2])
+    (out / "manifest.json").unlink()  # the run was killed before its manifest
+
+    code, text = _cli("verify", out)
+    assert code == 1 and f"{entry['bytes'] // 2} bytes, the run recorded {entry['bytes']} (truncated)" in text
+    assert "task markers" in text
+
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        _rerun(corpus, out, "parquet")
+    assert f"shard {entry['path']} is {entry['bytes'] // 2} bytes, its marker says {entry['bytes']}" in caplog.text
+    assert_as_clean(out, clean)
+    tally.record("truncated shard, resume")
+
+
+def test_a_missing_shard_is_named_and_redone(corpus, clean_run, tmp_path, tally):
+    pytest.importorskip("torch")
+    out, clean = _copy_clean(clean_run, tmp_path, "parquet")
+    entry = clean["shards"][-1]
+    (out / entry["path"]).unlink()
+
+    code, text = _cli("verify", out)
+    assert code == 1 and f"BAD {entry['path']}: missing" in text
+    message = _loader_error(out, "size")
+    assert str(out / entry["path"]) in message and "missing" in message
+
+    (out / "manifest.json").unlink()
+    _rerun(corpus, out, "parquet")
+    assert_as_clean(out, clean)
+    tally.record("missing shard, resume")
+
+
+def test_verify_of_a_directory_without_a_run_exits_2(tmp_path):
+    code, text = _cli("verify", tmp_path)
+    assert code == 2 and "holds no run" in text
+
+
+def test_the_manifest_records_what_verify_checks(clean_run):
+    """Every shard of a clean run passes, and the loader's default is the full check."""
+    import inspect as _inspect
+
+    from mlm_pipeline.torch.dataset import MLMDataset
+
+    assert _inspect.signature(MLMDataset).parameters["verify"].default == "sha256"
+    manifest = clean_run("parquet")
+    assert all(len(s["sha256"]) == 64 and s["bytes"] > 0 for s in manifest["shards"])
