@@ -20,7 +20,7 @@ its own:
   markers   setup, not a target: a completion marker for every task of the plan, written by
             ``run.state.write_marker`` (the format is the real one) with synthetic shards and
             stats scaled from a real run (about 2.1 instances per KB of text, 811 bytes per
-            TFRecord instance, ``--max-instances-per-shard`` per shard), and an empty file per shard
+            TFRecord instance, ``--max-instances-per-shard`` per shard), and a sparse file of that size per shard
   finalize  ``run.manifest.finalize(output)``: what ``mlm-pipeline finalize`` does; also the cost
             of one "is every task done?" check of array and claim workers (one marker listing)
   load      the loader's side: ``json.loads`` of ``manifest.json`` (time and the memory of the
@@ -189,7 +189,9 @@ class SimFileSystem(AbstractFileSystem):
                 time.sleep(cls.latency * n)
 
     def _file_info(self, i: int) -> dict:
-        return {"name": self.corpus.path(i), "size": int(self.corpus.sizes[i]), "type": "file"}
+        # as an S3 listing gives it: with the object's ETag
+        return {"name": self.corpus.path(i), "size": int(self.corpus.sizes[i]), "type": "file",
+                "ETag": f'"{i:032x}"'}
 
     def ls(self, path, detail=True, **kwargs):
         path = self._strip_protocol(path).rstrip("/")
@@ -403,7 +405,10 @@ def phase_markers(args, output: str) -> dict:
         for task in plan.tasks:
             marker = synthetic_marker(task, fingerprint, args, rng)
             for s in marker["shards"]:
-                (Path(output) / s["path"]).touch()  # the shard's name is what "done" checks
+                # a sparse file of the recorded size (no data blocks): what "done" checks is the
+                # shard's name and its size against the marker
+                with open(Path(output) / s["path"], "wb") as f:
+                    f.truncate(s["bytes"])
             write_marker(output, marker)
             n_shards += len(marker["shards"])
         for p in Path(layout.tasks_url(output)).iterdir():

@@ -132,3 +132,30 @@ def test_objects_are_private(moto_s3, tmp_path):
         grants = client.get_object_acl(Bucket=moto_s3.bucket, Key=out.split("/", 3)[3] + "/" + key)["Grants"]
         assert [g["Permission"] for g in grants] == ["FULL_CONTROL"]
         assert all(g["Grantee"].get("Type") == "CanonicalUser" for g in grants)
+
+
+def test_an_object_rewritten_with_the_same_size_is_refused_on_resume(seaweedfs, tmp_path):
+    """Objects are fingerprinted by the ETag their listing gives (no HEAD per object): an input
+    object rewritten in place, same size, other bytes, is refused when the run resumes."""
+    from mlm_pipeline import fs
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.executors.base import run_one
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.run.state import start_run
+
+    prefix = seaweedfs.new_prefix("edited")
+    bucket, key = prefix[len("s3://"):].split("/", 1)
+    client = seaweedfs.client()
+    data = Path(INPUTS[0]).read_bytes()
+    client.put_object(Bucket=bucket, Key=key + "/a.txt", Body=data)
+    url = f"{prefix}/a.txt"
+    with s3_env(seaweedfs):
+        config = make_config([url], str(tmp_path / "out"), workers=1)
+        start = start_run(config)
+        assert fs._LISTED[url].get("ETag")  # the listing carried the version
+        run_one(start.pending[0], config)  # one task completed, as in a run killed early
+        edited = bytearray(data)
+        edited[5] = ord("Q") if edited[5] != ord("Q") else ord("R")
+        client.put_object(Bucket=bucket, Key=key + "/a.txt", Body=bytes(edited))
+        with pytest.raises(OutputError, match="input bytes of completed tasks changed"):
+            run_prepare(config, show_progress=False)
