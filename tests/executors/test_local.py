@@ -76,3 +76,37 @@ def test_more_workers_than_cpus_are_lowered_to_the_cpu_count_with_a_warning(capl
         assert worker_count(1000) == cpus
     assert f"--workers 1000 is more than the {cpus} CPU(s) this process may use: starting {cpus}" in caplog.text
     assert worker_count(0) == cpus and worker_count(1) == 1
+
+
+def test_a_pool_that_never_finishes_shutting_down_does_not_hang_the_run(monkeypatch, caplog):
+    """A pool whose worker died can leave its shutdown waiting for good (its manager thread
+    joining a call-queue feeder that never ends): the executor waits a bounded time, ends the
+    workers, warns, and keeps the stuck thread out of the interpreter's exit hook."""
+    import concurrent.futures.process as cfp
+    import logging
+    import multiprocessing as mp
+    import threading
+
+    from mlm_pipeline.executors import local
+
+    never = threading.Event()
+
+    class StuckShutdown(cfp.ProcessPoolExecutor):
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            never.wait()  # as the manager thread's join of a blocked feeder
+
+    pool = StuckShutdown(max_workers=1, mp_context=mp.get_context("spawn"))
+    assert pool.submit(abs, -3).result(timeout=60) == 3
+    procs = list(pool._processes.values())
+    manager = pool._executor_manager_thread
+    assert manager in cfp._threads_wakeups
+    monkeypatch.setattr(local, "SHUTDOWN_SECONDS", 0.5)
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        local._shut_down(pool)
+    assert "did not shut down within" in caplog.text
+    for proc in procs:
+        proc.join(10)
+        assert proc.exitcode is not None
+    assert manager not in cfp._threads_wakeups
+    never.set()
+    cfp.ProcessPoolExecutor.shutdown(pool, wait=True)

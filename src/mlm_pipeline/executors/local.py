@@ -185,7 +185,7 @@ class TaskPool:
         # the pool ends the other workers with SIGTERM once one dies; a worker that ended any other
         # way is the one that died (if it too got SIGTERM, every worker that had a task is charged)
         culprits = {pid for pid, code in exits.items() if code not in (-signal.SIGTERM, None)} or set(exits)
-        old.shutdown(wait=True, cancel_futures=True)
+        _shut_down(old)
         self._start_pool()
         charged: set[int] = set()
         for fut, job in list(self._jobs.items()):
@@ -238,11 +238,38 @@ class TaskPool:
         if cancel:  # unfinished tasks have committed nothing visible
             for proc in processes.values():
                 proc.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        _shut_down(self._pool)
         if not cancel:  # a worker that died after its last task (nothing to redo, but say so)
             for pid, proc in sorted(processes.items()):
                 if proc.exitcode:
                     log.warning("worker process %d %s after its last task", pid, describe_exit(proc.exitcode))
+
+
+SHUTDOWN_SECONDS = 60
+
+
+def _shut_down(pool: ProcessPoolExecutor) -> None:
+    """``pool.shutdown``, bounded: a pool whose worker died can leave its manager thread joining
+    a call-queue feeder that never ends (a write into a pipe that no live process reads), and
+    an unbounded shutdown would then hang the run for good. Its workers are ended by then; after
+    ``SHUTDOWN_SECONDS`` the pool's threads are abandoned (and not joined at exit) with a warning."""
+    done = threading.Event()
+
+    def shut() -> None:
+        pool.shutdown(wait=True, cancel_futures=True)
+        done.set()
+
+    threading.Thread(target=shut, name="pool-shutdown", daemon=True).start()
+    if done.wait(SHUTDOWN_SECONDS):
+        return
+    log.warning("the process pool did not shut down within %d s after a worker died; its threads are left behind",
+                SHUTDOWN_SECONDS)
+    for proc in (getattr(pool, "_processes", None) or {}).values():
+        proc.kill()
+    manager = getattr(pool, "_executor_manager_thread", None)
+    import concurrent.futures.process as cfp  # its exit hook would join the stuck thread
+
+    getattr(cfp, "_threads_wakeups", {}).pop(manager, None)
 
 
 def finished(task: Task, fut: Future) -> dict:
