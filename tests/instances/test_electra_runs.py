@@ -5,43 +5,18 @@ worker count, and bad input refused with a clear message and no output."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from instances.test_electra import BERT_VOCAB, CASES, GOLDEN, ZH_EN_VOCAB, corpus_dir, load_golden
 from mlm_pipeline.cli import app
 from mlm_pipeline.formats.tfrecord import read_tfrecord_features
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "data" / "golden" / "electra"
-SAMPLE = ROOT / "sample"
-ZH_EN_VOCAB = GOLDEN / "zh-en-wordpiece-vocab.txt"
-BERT_VOCAB = SAMPLE / "bert-base-uncased-vocab.txt"
 FEATURES = ("input_ids", "input_mask", "segment_ids")
-# golden -> (vocab, corpus files)
-CASES = {
-    "sample_text-s128-seed12345": (BERT_VOCAB, [SAMPLE / "sample_text.txt"]),
-    "zh-en-200KB-s128-seed7": (ZH_EN_VOCAB, sorted((GOLDEN / "zh-en-200KB").iterdir())),
-}
-
-
-def corpus_dir(name: str, tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for f in CASES[name][1]:
-        shutil.copy(f, d / f.name)
-    return d
-
-
-def load_golden(name: str) -> tuple[dict, list[dict]]:
-    settings = json.loads((GOLDEN / f"{name}.json").read_text())
-    with gzip.open(GOLDEN / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
-        return settings, [json.loads(line) for line in f]
 
 
 def prepare(*args) -> tuple[int, str]:
