@@ -320,6 +320,30 @@ def ray_cluster(seaweedfs):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def run_killing_a_worker_node(cluster, cmd: list[str], out: Path, *, first_task_seconds: float,
+                              run_seconds: float) -> tuple[int, str, int]:
+    """Run the CLI ``cmd`` as a Ray driver; once its first task is done, kill one worker node of
+    ``cluster`` (all its processes, SIGKILL). Returns the exit code, stderr and the tasks done
+    before the kill; the driver never outlives this call."""
+    proc = subprocess.Popen(cmd, env=subprocess_env(cluster.env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + first_task_seconds
+        while not (out / "_tasks").exists() or not any((out / "_tasks").glob("*.json")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "no task finished in time"
+            time.sleep(0.02)
+        done_before_kill = len(list((out / "_tasks").glob("*.json")))
+        victim = sorted(cluster.worker_nodes, key=lambda n: n.unique_id)[0]
+        cluster.remove_node(victim, allow_graceful=False)
+        _, stderr = proc.communicate(timeout=run_seconds)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stderr, done_before_kill
+
+
 @pytest.fixture(scope="session")
 def local_baseline(tmp_path_factory):
     """The local executor's output for the shared scale-out inputs: what Ray and S3 runs must equal."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest_servers import subprocess_env
+from conftest_servers import run_killing_a_worker_node, subprocess_env
 from helpers_run import INPUTS, SETTINGS, VOCAB, comparable, make_config, shard_table
 
 pytestmark = pytest.mark.ray
@@ -163,23 +163,9 @@ def test_killing_a_worker_node_mid_run_still_gives_identical_output(ray_cluster,
            "--executor", "ray", "--ray-address", ray_cluster.address, "--no-progress",
            "--split-size", SETTINGS["split_bytes"], "--block-size", SETTINGS["block_bytes"],
            "--max-instances-per-shard", str(SETTINGS["max_instances_per_shard"])]
-    proc = subprocess.Popen(cmd, env=subprocess_env(ray_cluster.env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 120
-        while not (out / "_tasks").exists() or not any((out / "_tasks").glob("*.json")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, "no task finished in time"
-            time.sleep(0.02)
-        done_before_kill = len(list((out / "_tasks").glob("*.json")))
-        victim = sorted(ray_cluster.worker_nodes, key=lambda n: n.unique_id)[0]
-        ray_cluster.remove_node(victim, allow_graceful=False)
-        stdout, stderr = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, stderr
+    returncode, stderr, done_before_kill = run_killing_a_worker_node(ray_cluster, cmd, out, first_task_seconds=120,
+                                                                     run_seconds=180)
+    assert returncode == 0, stderr
     assert done_before_kill < local_baseline["tasks"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert comparable(manifest) == comparable(local_baseline)
