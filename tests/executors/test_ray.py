@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest_servers import run_killing_a_worker_node, subprocess_env
+from conftest_servers import run_killing_a_worker_node
 from helpers_run import INPUTS, SETTINGS, VOCAB, comparable, make_config, shard_table
 
 pytestmark = pytest.mark.ray
