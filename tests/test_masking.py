@@ -87,8 +87,8 @@ def test_masking_is_deterministic_for_a_seed(wikitext_docs, tok):
 
 def _reference_choice(batch, spec, seed):
     """Chosen flat positions, instance by instance in plain Python: the documented draw order
-    (token mode: one key per (instance, column) of the padded layout; whole-word: one key per
-    word), visiting by ascending key with ties in position order."""
+    (token mode: one float32 key per (instance, column) of the padded layout; whole-word: one
+    float32 key per word), visiting by ascending key with ties in position order."""
     g = rng(seed)
     n, lens = len(batch), batch.lengths
     ids = batch.input_ids
@@ -97,7 +97,7 @@ def _reference_choice(batch, spec, seed):
     cands = [[j for j in range(lens[i]) if ids[batch.offsets[i] + j] not in special] for i in range(n)]
     chosen = []
     if not spec.do_whole_word_mask:
-        keys = g.random((n, int(lens.max())))
+        keys = g.random((n, int(lens.max())), dtype=np.float32)
         for i in range(n):
             ki = min(int(k[i]), len(cands[i]))
             order = sorted(cands[i], key=lambda j: (keys[i, j], j))
@@ -112,7 +112,7 @@ def _reference_choice(batch, spec, seed):
                 words.append((i, [j]))
     if not words:
         return np.zeros(0, np.int64)
-    keys = g.random(len(words))
+    keys = g.random(len(words), dtype=np.float32)
     for i in range(n):
         ki = min(int(k[i]), len(cands[i]))
         mine = sorted((keys[w], w) for w in range(len(words)) if words[w][0] == i)

@@ -15,13 +15,24 @@ Two variables matter, and both must be set before the library that reads them st
   training) it only defaults to off, keeping a user's own setting, which also silences the
   tokenizers' warning about a pool that a forked process would inherit.
 
+A process that runs tasks also tunes glibc's allocator (where there is one) with ``mallopt``:
+large arrays come from the heap instead of fresh ``mmap`` calls, and freed heap memory is kept
+for the next block instead of being returned at once. Every block allocates the same few hundred
+MB of temporaries again; by default each of them is a new mapping whose pages fault in one by
+one, which measured 2-3x slower than reusing memory (a numpy ``cumsum`` or fill of 30 MB, 2-vCPU
+VM). Peak RSS is unchanged (the memory was held at the peak anyway); it is just not handed back
+between blocks.
+
 Every entry point calls :func:`configure_process` (the CLI commands, :func:`~mlm_pipeline.pipeline.run_prepare`,
 the local pool's worker initializer, the Ray task body, ``load_tokenizer``, the training entry).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 from dataclasses import dataclass
 
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
@@ -76,8 +87,31 @@ def configure_process(s3_endpoint_url: str | None = None, *, runs_tasks: bool = 
     if runs_tasks:
         os.environ[TOKENIZER_THREADS_VARIABLE] = "false"
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        keep_freed_memory()
     else:
         os.environ.setdefault(TOKENIZER_THREADS_VARIABLE, "false")
 
 
-__all__ = ["StorageEnvironment", "configure_process"]
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_KEPT_BYTES = 1 << 30  # allocations up to 1 GiB come from the heap; up to 1 GiB free is kept
+_allocator_tuned = False
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc reuse freed memory for large arrays (see the module docstring).
+    Returns whether it was done (False off glibc: macOS, musl, Windows); once per process."""
+    global _allocator_tuned
+    if _allocator_tuned:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    _allocator_tuned = bool(mallopt(_M_MMAP_THRESHOLD, _KEPT_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_BYTES))
+    return _allocator_tuned
+
+
+__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory"]

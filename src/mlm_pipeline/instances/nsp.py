@@ -25,6 +25,7 @@ Defined edge cases:
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,120 @@ class PairStats:
         }
 
 
+def _python_rounds(sent_off: list[int], doc_off: list[int], n_docs: int, state: list[list[int]],
+                   uniform: Callable[[], float], out: list[list[int]]) -> None:
+    """The rounds of :func:`_rounds` for few active passes: the same step, the same four draws per
+    pass and round in the same order, in plain Python (a numpy call costs about a microsecond,
+    several times this step's work on one pass). ``state`` holds lists (stream, doc, sentence,
+    document end, target) of the active passes; ``out`` gets the rows (stream, a start, a length,
+    b start, b length, label), round after round."""
+    stream, doc, sent, end, target = state
+    add_stream, add_a_start, add_a_len, add_b_start, add_b_len, add_label = (col.append for col in out)
+    while stream:
+        alive = []
+        for x in range(len(stream)):
+            u_a, u_next, u_doc, u_sent = uniform(), uniform(), uniform(), uniform()
+            i, s1, t = sent[x], end[x], target[x]
+            base = sent_off[i]
+            j = bisect_left(sent_off, base + t, i + 1, s1)
+            n_chunk = j - i
+            a_end = i + 1 + min(int(u_a * (n_chunk - 1)), n_chunk - 2) if n_chunk >= 2 else i + 1
+            la = sent_off[a_end] - base
+            add_stream(stream[x])
+            add_a_start(base)
+            add_a_len(la)
+            if n_chunk == 1 or u_next < 0.5:
+                d = doc[x]
+                if n_docs > 1:
+                    r = min(int(u_doc * (n_docs - 1)), n_docs - 2)
+                    r += r >= d
+                else:
+                    r = d
+                r0, r1 = doc_off[r], doc_off[r + 1]
+                rs = r0 + min(int(u_sent * (r1 - r0)), r1 - r0 - 1)
+                b0 = sent_off[rs]
+                add_b_start(b0)
+                add_b_len(sent_off[bisect_left(sent_off, b0 + t - la, rs + 1, r1)] - b0)
+                add_label(1)
+                i = a_end
+            else:
+                add_b_start(sent_off[a_end])
+                add_b_len(sent_off[j] - sent_off[a_end])
+                add_label(0)
+                i = j
+            if i < s1:
+                sent[x] = i
+                alive.append(x)
+        if len(alive) < len(stream):
+            stream, doc, sent, end, target = ([col[x] for x in alive] for col in (stream, doc, sent, end, target))
+
+
+_VECTOR_PASSES = 32
+"""Rounds run vectorised while at least this many document passes are active, then in Python:
+below it the numpy calls' fixed cost outweighs the per-pass work (a block that is one long
+document, such as a novel without blank lines, runs in Python from the start)."""
+
+
+def _numpy_round(sent_off: np.ndarray, doc_off: np.ndarray, n_docs: int, state: list[np.ndarray],
+                 u: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """One round for all active passes at once: each makes its next instance. Returns the rows
+    (stream, a start, a length, b start, b length, label) and each pass's next sentence."""
+    stream, doc, i, end, target = state
+    base = sent_off[i]
+    # smallest chunk end j (exclusive) with tokens >= target, or the document end: bisect_left in
+    # [i + 1, end) is the global search clipped to that range (offsets strictly increase)
+    j = np.clip(np.searchsorted(sent_off, base + target), i + 1, end)
+    n_chunk = j - i
+    a_end = np.where(n_chunk >= 2, i + 1 + np.minimum((u[:, 0] * (n_chunk - 1)).astype(np.int64), n_chunk - 2),
+                     i + 1)
+    la = sent_off[a_end] - base
+    random_next = (n_chunk == 1) | (u[:, 1] < 0.5)
+    if n_docs > 1:
+        r = np.minimum((u[:, 2] * (n_docs - 1)).astype(np.int64), n_docs - 2)
+        r += r >= doc  # uniform over the other documents
+    else:  # as the reference, whose 10 draws of another document all give this one
+        r = doc
+    r0, r1 = doc_off[r], doc_off[r + 1]
+    rs = r0 + np.minimum((u[:, 3] * (r1 - r0)).astype(np.int64), r1 - r0 - 1)
+    # a random B: sentences rs.. until it reaches target - la (at least one sentence)
+    k = np.clip(np.searchsorted(sent_off, sent_off[rs] + target - la), rs + 1, r1)
+    b_start = np.where(random_next, sent_off[rs], sent_off[a_end])
+    b_len = np.where(random_next, sent_off[k], sent_off[j]) - b_start
+    # a random next gives the chunk's unused sentences back to the document
+    return (stream, base, la, b_start, b_len, random_next), np.where(random_next, a_end, j)
+
+
+def _rounds(sent_off: np.ndarray, doc_off: np.ndarray, target: np.ndarray, rng: np.random.Generator,
+            ) -> tuple[np.ndarray, ...]:
+    """All instances of all document passes (stream ``p * n_docs + d`` is pass ``p`` over
+    document ``d``), in (stream, chunk) order: (a start, a length, b start, b length, label).
+
+    Passes are independent, so a round advances every active pass by one chunk: four uniforms
+    per active pass and round, in stream order, whether or not the step uses them. The draws do
+    not depend on how a round is computed, so the numpy and the Python rounds give the same
+    instances, and the switch from one to the other (``_VECTOR_PASSES``) never changes output.
+    """
+    n_docs = len(doc_off) - 1
+    stream = np.arange(len(target))
+    doc = stream % n_docs
+    state = [stream, doc, doc_off[doc], doc_off[doc + 1], target]
+    parts: list[tuple[np.ndarray, ...]] = []
+    while len(state[0]) >= _VECTOR_PASSES:
+        row, nxt = _numpy_round(sent_off, doc_off, n_docs, state, rng.random((len(state[0]), 4)))
+        parts.append(row)
+        alive = nxt < state[3]
+        state[2] = nxt
+        state = [col[alive] for col in state]
+    if len(state[0]):
+        out: list[list[int]] = [[], [], [], [], [], []]
+        _python_rounds(sent_off.tolist(), doc_off.tolist(), n_docs, [col.tolist() for col in state],
+                       uniform_stream(rng), out)
+        parts.append(tuple(np.asarray(col, np.int64) for col in out))
+    columns = [np.concatenate([part[c] for part in parts]) for c in range(6)]
+    order = np.argsort(columns[0], kind="stable")  # round after round -> pass after pass
+    return tuple(col[order] for col in columns[1:])
+
+
 def build_nsp_instances(
     docs: TokenizedDocs,
     *,
@@ -79,81 +194,27 @@ def build_nsp_instances(
 ) -> tuple[InstanceBatch, PairStats]:
     """Unmasked NSP instances for every document, ``dupe_factor`` passes.
 
-    In build order, or with ``shuffle`` in a random order drawn from ``rng``: the instances'
-    ranges are permuted before the tokens are gathered, so shuffling costs no second gather.
+    In build order (pass, document, chunk), or with ``shuffle`` in a random order drawn from
+    ``rng``: the instances' ranges are permuted before the tokens are gathered, so shuffling costs
+    no second gather.
     """
     max_tokens = max_seq_length - 3
-    # Plain Python lists and bisect in the per-instance loop: numpy scalars and searchsorted
-    # calls cost about a microsecond each, several times the work they do here.
-    sent_off = docs.sentence_offsets.tolist()  # token offset of each sentence boundary
-    doc_off = docs.doc_offsets.tolist()  # sentence offset of each document boundary
-    n_docs = len(doc_off) - 1
-    uniform = uniform_stream(rng)
-
-    def randint(lo: int, hi: int) -> int:
-        """Uniform integer in ``[lo, hi]`` inclusive, like ``random.randint``."""
-        x = int(uniform() * (hi - lo + 1))
-        return lo + (x if x <= hi - lo else hi - lo)
-
-    a_start: list[int] = []
-    a_len: list[int] = []
-    b_start: list[int] = []
-    b_len: list[int] = []
-    labels: list[int] = []
-    add_a_start, add_a_len, add_b_start, add_b_len, add_label = (
-        a_start.append, a_len.append, b_start.append, b_len.append, labels.append
-    )
     stats = PairStats()
-    for _ in range(dupe_factor):
-        for d in range(n_docs):
-            s0, s1 = doc_off[d], doc_off[d + 1]
-            target = max_tokens
-            if uniform() < short_seq_prob:
-                target = randint(2, max_tokens)
-                stats.short_target_documents += 1
-            i = s0
-            while i < s1:
-                # smallest chunk end j (exclusive) with tokens >= target, or the document end
-                base = sent_off[i]
-                j = bisect_left(sent_off, base + target, i + 1, s1)  # sent_off[i] < base + target
-                n_chunk = j - i
-                if n_chunk >= 2:  # a_end = i + randint(1, n_chunk - 1)
-                    x = int(uniform() * (n_chunk - 1))
-                    a_end = i + 1 + (x if x < n_chunk - 1 else n_chunk - 2)
-                else:
-                    a_end = i + 1
-                la = sent_off[a_end] - base
-                if n_chunk == 1 or uniform() < 0.5:
-                    if n_docs > 1:
-                        r = randint(0, n_docs - 2)
-                        r += r >= d  # uniform over the other documents
-                    else:  # as the reference, whose 10 draws of another document all give this one
-                        r = d
-                    r0, r1 = doc_off[r], doc_off[r + 1]
-                    rs = randint(r0, r1 - 1)
-                    # take sentences rs.. until B reaches target - la (at least one sentence)
-                    b0 = sent_off[rs]
-                    k = bisect_left(sent_off, b0 + target - la, rs + 1, r1)
-                    add_a_start(base)
-                    add_a_len(la)
-                    add_b_start(b0)
-                    add_b_len(sent_off[k] - b0)
-                    add_label(1)
-                    i = a_end  # unused sentences of the chunk go back to the document
-                    continue
-                add_a_start(base)
-                add_a_len(la)
-                add_b_start(sent_off[a_end])
-                add_b_len(sent_off[j] - sent_off[a_end])
-                add_label(0)
-                i = j
-    n = len(labels)
-    if n == 0:
+    n_streams = dupe_factor * len(docs.doc_sentences)
+    if n_streams == 0:
         return InstanceBatch.empty(), stats
-    a_start_arr = np.asarray(a_start, np.int64)
-    b_start_arr = np.asarray(b_start, np.int64)
-    la0 = np.asarray(a_len, np.int64)
-    lb0 = np.asarray(b_len, np.int64)
+    # each pass's target length: max_tokens, or with short_seq_prob uniform in [2, max_tokens]
+    first = rng.random((n_streams, 2))
+    short = first[:, 0] < short_seq_prob
+    target = np.where(short, 2 + np.minimum((first[:, 1] * (max_tokens - 1)).astype(np.int64), max_tokens - 2),
+                      max_tokens)
+    stats.short_target_documents = int(np.count_nonzero(short))
+    # the rounds draw from a generator of their own: the Python rounds draw ahead in blocks
+    rounds_rng = np.random.default_rng(int(rng.integers(0, 1 << 63)))
+    a_start_arr, la0, b_start_arr, lb0, labels_arr = _rounds(docs.sentence_offsets, docs.doc_offsets, target,
+                                                             rounds_rng)
+    n = len(labels_arr)
+    labels_arr = labels_arr.astype(np.int8)
     la, lb = truncated_lengths(la0, lb0, max_tokens)
     stats.truncated = int(np.count_nonzero((la != la0) | (lb != lb0)))
     # each removed token comes off the front or the back with probability 1/2
@@ -161,27 +222,22 @@ def build_nsp_instances(
     front_b = rng.binomial(lb0 - lb, 0.5)
     a_start_arr += front_a
     b_start_arr += front_b
-    labels_arr = np.asarray(labels, np.int8)
     if shuffle:
         order = rng.permutation(n)
         a_start_arr, b_start_arr, la, lb, labels_arr = (
             a_start_arr[order], b_start_arr[order], la[order], lb[order], labels_arr[order]
         )
-    # gather [CLS] A [SEP] B [SEP] for all instances at once
-    total_len = la + lb + 3
-    offsets = lengths_to_offsets(total_len)
-    ids = np.empty(int(offsets[-1]), dtype=np.int32)
-    seg = np.zeros(int(offsets[-1]), dtype=np.int8)
-    a_dst = offsets[:-1] + 1
-    b_dst = a_dst + la + 1
-    ids[offsets[:-1]] = cls_id
-    ids[a_dst + la] = sep_id
-    ids[offsets[1:] - 1] = sep_id
-    ids[ranges_to_indices(a_dst, la)] = docs.ids[ranges_to_indices(a_start_arr, la)]
-    b_dst_idx = ranges_to_indices(b_dst, lb)
-    ids[b_dst_idx] = docs.ids[ranges_to_indices(b_start_arr, lb)]
-    seg[b_dst_idx] = 1
-    seg[offsets[1:] - 1] = 1
+    # gather [CLS] A [SEP] B [SEP] for all instances at once: five ranges per instance over the
+    # block's tokens followed by [CLS] and [SEP], one index and one gather (no scatter)
+    source = np.concatenate([docs.ids, np.array([cls_id, sep_id], dtype=docs.ids.dtype)])
+    cls_at, sep_at = len(docs.ids), len(docs.ids) + 1
+    starts = np.empty((n, 5), np.int64)
+    lengths = np.ones((n, 5), np.int64)
+    starts[:, 0], starts[:, 1], starts[:, 2], starts[:, 3], starts[:, 4] = cls_at, a_start_arr, sep_at, b_start_arr, sep_at
+    lengths[:, 1], lengths[:, 3] = la, lb
+    ids = source[ranges_to_indices(starts.ravel(), lengths.ravel())].astype(np.int32, copy=False)
+    seg = np.repeat(np.tile(np.array([0, 0, 0, 1, 1], np.int8), n), lengths.ravel())
+    offsets = lengths_to_offsets(la + lb + 3)
     stats.instances = n
     stats.random_next = int(labels_arr.sum())
     return InstanceBatch.unmasked(ids, seg, offsets, labels_arr), stats

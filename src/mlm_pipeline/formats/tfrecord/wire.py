@@ -147,12 +147,9 @@ def fill_data_crcs(out: np.ndarray, data_start: np.ndarray, data_end: np.ndarray
 
     The only per-record Python step of encoding: one ``google_crc32c.value`` call per record.
     """
-    raw = out.tobytes()
-    value = google_crc32c.value
-    crcs = np.fromiter(
-        (value(raw[a:b]) for a, b in zip(data_start.tolist(), data_end.tolist())), dtype=np.uint32,
-        count=len(data_start),
-    )
+    raw = out.tobytes()  # the CRC function takes bytes (no memoryview)
+    pieces = map(raw.__getitem__, map(slice, data_start.tolist(), data_end.tolist()))
+    crcs = np.fromiter(map(google_crc32c.value, pieces), dtype=np.uint32, count=len(data_start))
     out[data_end[:, None] + np.arange(4)] = mask_crcs(crcs).astype("<u4").view(np.uint8).reshape(-1, 4)
 
 
