@@ -51,6 +51,12 @@ def main(argv=None) -> int:
         os.makedirs(args.record, exist_ok=True)
         with open(os.path.join(args.record, f"rank{os.environ.get('RANK', '0')}.json"), "w") as f:
             json.dump(record, f)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # a gloo group left to the interpreter's exit can abort a rank ("terminate called
+        # without an active exception") after training has finished
+        dist.destroy_process_group()
     return 0
 
 

@@ -113,7 +113,7 @@ def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
         mask_id=tok.special.mask,
         special_ids=tok.special_id_array,
         do_whole_word_mask=config.do_whole_word_mask,
-        is_continuation=tok.is_continuation,
+        is_continuation=tok.is_continuation if config.do_whole_word_mask else None,
     )
 
 

@@ -147,9 +147,14 @@ class TextTokenizer:
         self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
         self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        self.is_continuation = _continuation_table(tok)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
         self.checked = CheckedEncoder(tok, backend)
+
+    @functools.cached_property
+    def is_continuation(self) -> np.ndarray:
+        """Per id, whether it continues a word: for whole-word masking only, so built on first
+        use (a Python pass over the vocabulary, about 30 ms)."""
+        return _continuation_table(self.tokenizer)
 
     @functools.cached_property
     def fingerprint(self) -> str:
