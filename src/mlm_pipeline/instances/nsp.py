@@ -8,10 +8,12 @@ B is a random segment of another document of the same block (label 1) and the un
 back to the document, else B is the rest of the chunk (label 0); the pair is then truncated from a
 random end of the longer segment until it fits.
 
-What differs from the reference is only *how*: sentences of a document are contiguous in one flat
-token array, so every segment is a (start, length) range; the loop runs once per instance (not per
-token) and truncation is computed in closed form with binomial draws for front/back removal; the
-token matrix is gathered in one vectorised step at the end.
+What differs from the reference is *how*, and the random stream: sentences of a document are
+contiguous in one flat token array, so every segment is a (start, length) range; the passes over
+the documents (``dupe_factor`` x documents) are independent, so they advance together, one chunk
+per round, vectorised over all active passes (the last few in Python, from the same draws);
+truncation is computed in closed form with binomial draws for front/back removal; the tokens are
+gathered in one vectorised step at the end.
 
 Defined edge cases:
 * a document with one sentence gives one-sentence chunks, whose B is always a random next;

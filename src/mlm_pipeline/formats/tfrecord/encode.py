@@ -127,9 +127,12 @@ class _Slots:
         widest = int(sizes.max()) if sizes.size else 1
         self.pieces.append(("varints", (values, sizes, widest), values.shape[1] * widest))
 
-    def varint(self, values: np.ndarray) -> None:
+    def varint(self, values: np.ndarray | int) -> None:
         """One varint per record (a length prefix): constant bytes when every record has the same
-        (fixed-width features), which then merge with the constant pieces around them."""
+        (an int, or an array of equal values), which merge with the constant pieces around them."""
+        if isinstance(values, int):
+            self.const(varint_bytes(values))
+            return
         values = values.astype(np.uint64)
         if self.n and values[0] == values.min() == values.max():
             self.const(varint_bytes(int(values[0])))
@@ -179,28 +182,38 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
     return int(n), checked
 
 
+def _size_of(length):
+    """Varint size of a length: one per record (an array) or the same for all (an int)."""
+    if isinstance(length, int):
+        return len(varint_bytes(length))
+    return _varint_sizes(length.view(np.uint64))
+
+
 def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndarray:
+    # Lengths are Python ints while they are the same in every record (a fixed-width feature's
+    # whole entry), arrays once they vary: the nested length prefixes of most features then cost
+    # no array work and become constant bytes.
     blocks = []
-    features_len = np.zeros(n, np.int64)
+    features_len = 0
     for key, kind, a in checked:
         width = a.shape[1]
         if kind == "float":
             values = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).reshape(n, 4 * width)
-            sizes, payload = None, np.full(n, 4 * width, np.int64)
+            sizes, payload = None, 4 * width
         else:
             values = _as_varint_values(a, key)
             if values.dtype == np.uint8 and (not width or int(values.max()) < 0x80):
-                sizes, payload = None, np.full(n, width, np.int64)  # one byte each: raw
+                sizes, payload = None, width  # one byte each: raw
             else:
                 sizes = _varint_sizes(values)
                 payload = sizes.sum(axis=1, dtype=np.int64)
-        list_len = (1 + _varint_sizes(payload.view(np.uint64)) + payload) if width else np.zeros(n, np.int64)
-        feature_len = 1 + _varint_sizes(list_len.view(np.uint64)) + list_len
+        list_len = (1 + _size_of(payload) + payload) if width else 0
+        feature_len = 1 + _size_of(list_len) + list_len
         key_part = entry_key(key)
-        entry_len = feature_len + _varint_sizes(feature_len.view(np.uint64)) + len(key_part)
-        features_len += 1 + _varint_sizes(entry_len.view(np.uint64)) + entry_len
+        entry_len = feature_len + _size_of(feature_len) + len(key_part)
+        features_len = features_len + 1 + _size_of(entry_len) + entry_len
         blocks.append((kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len))
-    example_len = 1 + _varint_sizes(features_len.view(np.uint64)) + features_len
+    example_len = np.broadcast_to(np.int64(1 + _size_of(features_len)) + features_len, (n,)).astype(np.int64)
 
     slots = _Slots(n)
     slots.raw(frame_headers(example_len))  # the length and its CRC
