@@ -152,3 +152,14 @@ def test_smallest_breaks_ties_like_a_stable_sort():
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.arange(30)[None, :], axis=1)
         assert np.array_equal(_smallest(keys, k), rank < k[:, None])
+
+
+def test_not_special_equals_isin():
+    from mlm_pipeline.masking import _not_special
+
+    g = rng(1)
+    ids = g.integers(0, 30522, 50_000).astype(np.int32)
+    for special in ([0, 100, 101, 102, 103], [30000, 5], [0], [], [7, 7, 29999]):
+        special = np.array(special, np.int32)
+        ids[g.integers(0, len(ids), 500)] = special[0] if len(special) else 0
+        assert np.array_equal(_not_special(ids, special), ~np.isin(ids, special)), special
