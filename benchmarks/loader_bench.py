@@ -10,6 +10,8 @@ given geometry iterates its share in a forked process, as a DataLoader worker wo
   outputs' shards, manifest order), against a global permutation's ``(N + 1) / 3``;
 - read amplification: bytes the workers read (``rchar`` of ``/proc/self/io``) over the shards'
   bytes, for the whole epoch;
+  The shards are checked with ``--verify`` (default ``size``: one ``stat`` each); ``sha256``, the
+  loader's default, reads every shard a worker opens once more, per worker and epoch.
 - peak RSS of each worker (``VmHWM``; a forked worker shares its parent's pages, counted here);
 - padding waste (padding tokens over tokens in batches, each batch padded to its longest
   rounded up to a multiple of 8);
@@ -90,7 +92,7 @@ def run(args) -> dict:
         bins = int(args.length_bins) if "," not in args.length_bins else [int(b) for b in args.length_bins.split(",")]
     ds = MLMDataset(args.outputs if len(args.outputs) > 1 else args.outputs[0], weights=weights, seed=args.seed,
                     shuffle_buffer=args.shuffle_buffer, interleave=args.interleave, rank=0, world_size=1,
-                    length_bins=bins, bin_batch_size=args.batch_size if bins else None)
+                    length_bins=bins, bin_batch_size=args.batch_size if bins else None, verify=args.verify)
     ds.set_epoch(args.epoch)
     task_of_shard, data_bytes = [], 0
     for o, prepared in enumerate(ds.sources):
@@ -137,6 +139,7 @@ def run(args) -> dict:
         "outputs": args.outputs, "weights": weights, "tasks": int(len(np.unique(epoch_tasks))),
         "samples": total, "batch_size": B, "world_size": args.world_size, "workers": args.workers,
         "shuffle_buffer": args.shuffle_buffer, "interleave": args.interleave, "length_bins": ds.bins,
+        "verify": args.verify,
         "distinct_tasks_per_batch": float(np.mean(distinct)) if distinct else float("nan"),
         "distinct_tasks_global_expectation": expect,
         "distinct_ratio": (float(np.mean(distinct)) / expect) if distinct else float("nan"),
@@ -175,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--length-bins", default=None, help="a count, or comma list of upper bounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epoch", type=int, default=0)
+    ap.add_argument("--verify", default="size", choices=["sha256", "size", "none"],
+                    help="the loader's shard check (sha256 reads each shard once more per worker)")
     ap.add_argument("--parallel", type=int, default=2, help="worker processes run at once")
     ap.add_argument("--json", default=None, help="also write the report here")
     args = ap.parse_args(argv)
