@@ -402,9 +402,9 @@ class MLMDataset(IterableDataset):
     def _read_window(plan: RankPlan, w: int, size: int, reader: ShardRowReader):
         """The window's rows (stream order), their global indices and weights.
 
-        An interleaved window holds a slice of each shard per round; consecutive rounds' slices of
-        a shard are contiguous rows, so they are read as one range (one read per shard and
-        window, not per round) and put back in stream order.
+        An interleaved window holds one or more chunks of each shard; a shard's chunks in a window
+        are often contiguous rows, so they are read as one range (one read per shard and window,
+        not per chunk) and put back in stream order.
         """
         pieces, index, weight = plan.window_rows(w, size)
         if len(pieces) == 1:
