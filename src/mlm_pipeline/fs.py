@@ -76,11 +76,14 @@ def open_ranges(url: str, block_size: int = RANGE_BLOCK_BYTES):
     readers buffer what they stream themselves. On an object store, fetched in blocks of
     ``block_size``: fsspec's buffered files read ahead a whole block on every miss (s3fs: 50 MiB),
     so a reader that reads part of a shard, as each loader worker does in an interleaved epoch,
-    would fetch the rest of it.
+    would fetch the rest of it. ``block_size=0``: no read-ahead, one request per read (for a few
+    small ranges far apart, such as a Parquet footer and small column chunks).
     """
     fs, path = get_fs(url)
     if is_local(url):
         return open(path, "rb", buffering=0)
+    if not block_size:
+        return fs.open(path, "rb", cache_type="none")
     return fs.open(path, "rb", block_size=block_size)
 
 
