@@ -175,7 +175,8 @@ def run(args) -> dict:
         assert all(len(set(b.tolist())) == 1 for b in labels), "a batch of samples of several bins"
         assert all((x <= bounds[b[0]]).all() for r in steps for x, b in zip(*steps[r])), "a sample above its bin"
         lower = np.concatenate([[0], bounds[:-1]])
-        report["batches_of_one_bin"] = float(np.mean([(x > lower[b[0]]).all() for r in steps for x, b in zip(*steps[r])]))
+        own = [(x > lower[b[0]]).all() for r in steps for x, b in zip(*steps[r])]
+        report["batches_of_one_bin"] = float(np.mean(own))
     if args.world_size > 1:  # the ranks' k-th batches, which DDP steps together
         n = min(len(steps[r][0]) for r in steps)
         widths = np.array([[-(-int(x.max()) // 8) * 8 for x in steps[r][0][:n]] for r in steps])

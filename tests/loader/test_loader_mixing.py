@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from loader.loader_helpers import assert_same_batches, indices, run  # noqa: E402
 
 from mlm_pipeline.torch import MLMDataLoader, MLMDataset, load_prepared  # noqa: E402
+from mlm_pipeline.instances.batch import InstanceBatch  # noqa: E402
 from mlm_pipeline.torch.stream import epoch_stream, mix_counts  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create")]
@@ -63,13 +64,13 @@ def test_chunks_spread_every_shard_over_the_group():
 
 
 def test_small_row_groups_are_whole_chunks():
-    """Row groups of at most window / shards rows are never cut: a cut between two readers
-    splits at most the one row group it falls in. Larger ones are cut into equal parts."""
+    """Row groups of at most their shard's share of a window are never cut: a cut between two
+    readers splits at most the one row group it falls in. Larger ones are cut into equal parts."""
     rng = np.random.default_rng(1)
     counts = rng.integers(100, 400, 12)
     groups = [np.diff(np.concatenate([np.arange(0, n, 40), [n]])) for n in counts]  # 40 rows, the last fewer
-    stream = epoch_stream([counts], seed=0, epoch=1, shuffle=True, interleave=32, window=int(41 * counts.sum() // counts.min()),
-                          row_groups=groups)
+    window = int(41 * counts.sum() // counts.min())  # every shard's share of a window: over 40 rows
+    stream = epoch_stream([counts], seed=0, epoch=1, shuffle=True, interleave=32, window=window, row_groups=groups)
     starts = {(s, int(r)) for s, g in enumerate(groups) for r in np.cumsum(g) - g}
     chunk_rows = np.diff(stream.chunk_starts)
     assert all((int(s), int(r)) in starts for s, r in zip(stream.chunk_shard, stream.chunk_row))
@@ -79,6 +80,48 @@ def test_small_row_groups_are_whole_chunks():
     big = epoch_stream([counts], seed=0, epoch=1, shuffle=True, interleave=32, window=window, row_groups=groups)
     limits = window * counts // counts.sum()
     assert len(big.chunk_starts) - 1 == sum(int((-(-g // m)).sum()) for g, m in zip(groups, limits))
+
+
+def test_each_row_group_is_read_by_one_reader(parquet_out, tmp_path, monkeypatch):
+    """Shards of 20-row row groups, each at most its shard's share of a window: over 2 ranks x 2
+    workers, every row group is read (started) once in the epoch, but for at most one per cut
+    between two readers, which both read."""
+    from mlm_pipeline.formats.parquet import ParquetRows
+    from mlm_pipeline.formats.sink import ShardSink
+    from mlm_pipeline.inspect import read_shard
+
+    from loader.loader_helpers import write_output
+
+    rows = InstanceBatch.concat([read_shard(s.url) for s in load_prepared(parquet_out).shards])
+    write_output(tmp_path, [], fmt="parquet", objective="nsp", masking="static")  # the manifest's frame
+    shards = []
+    for i in range(12):  # 12 shards of 6 row groups of 20 rows
+        sink = ShardSink(str(tmp_path), f"{i:05d}", fmt="parquet", max_instances_per_shard=10**9,
+                         max_seq_length=128, max_predictions=20)
+        for g in range(6):
+            sink.write(rows.slice(120 * i + 20 * g, 120 * i + 20 * g + 20))
+        shards += sink.close()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "shards": shards}))
+
+    started, reader = [], [None]
+    original = ParquetRows._start_group
+
+    def counting(self, group):
+        started.append((self._url, group, reader[0]))
+        return original(self, group)
+
+    monkeypatch.setattr(ParquetRows, "_start_group", counting)
+    seen = []
+    for rank in range(2):
+        ds = MLMDataset(str(tmp_path), seed=2, shuffle_buffer=256, rank=rank, world_size=2, verify="none")
+        for worker in range(2):
+            reader[0] = (rank, worker)
+            seen += [s["index"] for s in ds.iter_worker(worker, 2)]
+    assert sorted(seen) == list(range(12 * 120))
+    readers = Counter((url, group) for url, group, _ in set(started))
+    assert len(readers) == 12 * 6 and len(started) == len(set(started))  # one start per reader and group
+    assert sum(n - 1 for n in readers.values()) <= 3  # 4 readers: 3 cuts
 
 
 # -- interleaving quality -------------------------------------------------------------------
@@ -333,7 +376,8 @@ def test_shared_bins_resume_over_ranks_and_other_workers(two, world, weights):
         got += indices(run(rest))
     assert len(got) == len(set(got))
     if weights:
-        assert [sum(1 for i in got if i < n), sum(1 for i in got if i >= n)] == mix_counts([n, n], weights, None).tolist()
+        per_source = [sum(1 for i in got if i < n), sum(1 for i in got if i >= n)]
+        assert per_source == mix_counts([n, n], weights, None).tolist()
     else:
         assert sorted(got) == list(range(n))
 

@@ -381,7 +381,8 @@ class MLMDataset(IterableDataset):
                 for pos, k in enumerate(order[skip:].tolist(), start=skip):
                     if in_process:
                         self._yielded += 1
-                    yield self._sample(batch, k, int(index[k]), float(weight[k]), -1 if bins is None else int(bins[pos]))
+                    bin_ = -1 if bins is None else int(bins[pos])
+                    yield self._sample(batch, k, int(index[k]), float(weight[k]), bin_)
         finally:
             reader.close()
         if in_process:
