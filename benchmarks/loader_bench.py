@@ -8,14 +8,20 @@ given geometry iterates its share in a forked process, as a DataLoader worker wo
   does), against the expectation for a batch drawn from a global permutation of the epoch;
 - mean |position difference| of consecutive samples (position: the sample's index in the
   outputs' shards, manifest order), against a global permutation's ``(N + 1) / 3``;
-- read amplification: bytes the workers read (``rchar`` of ``/proc/self/io``) over the shards'
-  bytes, for the whole epoch;
+- read amplification: bytes read (``rchar`` of ``/proc/self/io``) over the shards' bytes, for
+  the whole epoch: what the workers read, plus, once per rank, what planning the epoch reads
+  before the workers start (the shards' layouts: Parquet footers, and with length bins the rows'
+  lengths), measured in this process and counted ``world_size`` times;
+  The shards are checked with ``--verify`` (default ``size``: one ``stat`` each); ``sha256``, the
+  loader's default, reads every shard a worker opens once more, per worker and epoch.
 - peak RSS of each worker (``VmHWM``; a forked worker shares its parent's pages, counted here);
 - padding waste (padding tokens over tokens in batches, each batch padded to its longest
   rounded up to a multiple of 8);
 - with several ranks: the mean spread (max - min) of the padded widths of the ranks' k-th
-  batches (worker 0 of each), which DDP steps together, and with length bins how often those
-  batches come from the same bin.
+  batches in DataLoader order (the workers' batches round robin), which DDP steps together, and
+  with length bins how often those batches are of the same bin (each sample's ``bin``) and how
+  many batches hold only samples of their bin (the others hold samples moved up from the bin
+  below). The script checks that no sample is longer than its batch's bin allows.
 
     python benchmarks/loader_bench.py OUT [OUT ...] [--weights 0.3,0.7] --batch-size 256 \\
         --workers 2 --world-size 1 --shuffle-buffer 10240 [--interleave 128] [--length-bins 8]
@@ -52,12 +58,13 @@ def _hwm_kib() -> int:
 def _worker(ds, rank: int, world: int, worker: int, workers: int, conn) -> None:
     ds._rank, ds._world_size = rank, world
     before = _proc_io()
-    index, length = [], []
+    index, length, bins = [], [], []
     for s in ds.iter_worker(worker, workers):
         index.append(s["index"])
         length.append(len(s["input_ids"]))
-    conn.send({"read": _proc_io() - before, "hwm_kib": _hwm_kib(),
-               "index": np.array(index, np.int64), "length": np.array(length, np.int64)})
+        bins.append(s["bin"])
+    conn.send({"read": _proc_io() - before, "hwm_kib": _hwm_kib(), "index": np.array(index, np.int64),
+               "length": np.array(length, np.int64), "bin": np.array(bins, np.int64)})
     conn.close()
 
 
@@ -81,6 +88,12 @@ def padding_waste(lengths: list[np.ndarray], batch: int) -> float:
     return pad / max(tokens, 1)
 
 
+def dataloader_order(per_worker: list[np.ndarray], batch: int) -> list[np.ndarray]:
+    """The batches of a rank as a DataLoader hands them out: each worker's in turn, exhausted ones skipped."""
+    cut = [[seq[a:a + batch] for a in range(0, len(seq), batch)] for seq in per_worker]
+    return [c[k] for k in range(max(map(len, cut), default=0)) for c in cut if k < len(c)]
+
+
 def run(args) -> dict:
     from mlm_pipeline.torch import MLMDataset
 
@@ -90,8 +103,11 @@ def run(args) -> dict:
         bins = int(args.length_bins) if "," not in args.length_bins else [int(b) for b in args.length_bins.split(",")]
     ds = MLMDataset(args.outputs if len(args.outputs) > 1 else args.outputs[0], weights=weights, seed=args.seed,
                     shuffle_buffer=args.shuffle_buffer, interleave=args.interleave, rank=0, world_size=1,
-                    length_bins=bins, bin_batch_size=args.batch_size if bins else None)
+                    length_bins=bins, bin_batch_size=args.batch_size if bins else None, verify=args.verify)
     ds.set_epoch(args.epoch)
+    before = _proc_io()
+    ds.plan()  # what each rank's training process reads before its workers start (the layouts)
+    plan_read = _proc_io() - before
     task_of_shard, data_bytes = [], 0
     for o, prepared in enumerate(ds.sources):
         for shard in prepared.shards:
@@ -137,29 +153,37 @@ def run(args) -> dict:
         "outputs": args.outputs, "weights": weights, "tasks": int(len(np.unique(epoch_tasks))),
         "samples": total, "batch_size": B, "world_size": args.world_size, "workers": args.workers,
         "shuffle_buffer": args.shuffle_buffer, "interleave": args.interleave, "length_bins": ds.bins,
+        "verify": args.verify,
         "distinct_tasks_per_batch": float(np.mean(distinct)) if distinct else float("nan"),
         "distinct_tasks_global_expectation": expect,
         "distinct_ratio": (float(np.mean(distinct)) / expect) if distinct else float("nan"),
         "mean_abs_position_diff": float(diffs.mean()) if len(diffs) else float("nan"),
         "global_expectation_position_diff": (index_span + 1) / 3,
-        "read_amplification": sum(r["read"] for r in results.values()) / data_bytes,
+        "read_amplification": (sum(r["read"] for r in results.values()) + args.world_size * plan_read) / data_bytes,
+        "plan_read_per_rank": plan_read / data_bytes,
         "peak_rss_mib_per_worker": [round(results[k]["hwm_kib"] / 1024, 1) for k in jobs],
         "padding_waste": padding_waste(seqs, B),
         "seconds": round(seconds, 2),
         "samples_per_second": round(total / seconds) if seconds else None,  # reading only, no collation
     }
-    if args.world_size > 1:  # the k-th batches of the ranks' worker 0 (DDP steps them together)
-        widths, bins_of = [], []
-        for r in range(args.world_size):
-            seq = results[(r, 0)]["length"]
-            longest = np.array([int(seq[a:a + B].max()) for a in range(0, len(seq), B)])
-            widths.append(-(-longest // 8) * 8)
-            bins_of.append(np.searchsorted(ds.bins, longest) if ds.bins else None)
-        n = min(len(w) for w in widths)
-        spread = np.max([w[:n] for w in widths], axis=0) - np.min([w[:n] for w in widths], axis=0)
-        report["padded_width_spread_across_ranks"] = float(spread.mean())
+    steps = {r: (dataloader_order([results[(r, w)]["length"] for w in range(args.workers)], B),
+                 dataloader_order([results[(r, w)]["bin"] for w in range(args.workers)], B))
+             for r in range(args.world_size)}
+    if ds.bins:
+        bounds = np.array(list(ds.bins) + [np.iinfo(np.int64).max])
+        labels = [b for r in steps for b in steps[r][1]]
+        assert all(len(set(b.tolist())) == 1 for b in labels), "a batch of samples of several bins"
+        assert all((x <= bounds[b[0]]).all() for r in steps for x, b in zip(*steps[r])), "a sample above its bin"
+        lower = np.concatenate([[0], bounds[:-1]])
+        own = [(x > lower[b[0]]).all() for r in steps for x, b in zip(*steps[r])]
+        report["batches_of_one_bin"] = float(np.mean(own))
+    if args.world_size > 1:  # the ranks' k-th batches, which DDP steps together
+        n = min(len(steps[r][0]) for r in steps)
+        widths = np.array([[-(-int(x.max()) // 8) * 8 for x in steps[r][0][:n]] for r in steps])
+        report["padded_width_spread_across_ranks"] = float((widths.max(0) - widths.min(0)).mean())
         if ds.bins:
-            report["same_bin_across_ranks"] = float(np.mean([len({int(b[k]) for b in bins_of}) == 1 for k in range(n)]))
+            bins_of = np.array([[int(b[0]) for b in steps[r][1][:n]] for r in steps])
+            report["same_bin_across_ranks"] = float(np.mean((bins_of == bins_of[0]).all(0)))
     return report
 
 
@@ -175,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--length-bins", default=None, help="a count, or comma list of upper bounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epoch", type=int, default=0)
+    ap.add_argument("--verify", default="size", choices=["sha256", "size", "none"],
+                    help="the loader's shard check (sha256 reads each shard once more per worker)")
     ap.add_argument("--parallel", type=int, default=2, help="worker processes run at once")
     ap.add_argument("--json", default=None, help="also write the report here")
     args = ap.parse_args(argv)

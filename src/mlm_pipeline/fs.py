@@ -71,13 +71,19 @@ RANGE_BLOCK_BYTES = 4 << 20
 def open_ranges(url: str, block_size: int = RANGE_BLOCK_BYTES):
     """``url`` opened to read ranges of it here and there (the loader's row reads).
 
-    Local files as they are. On an object store, fetched in blocks of ``block_size``: fsspec's
-    buffered files read ahead a whole block on every miss (s3fs: 50 MiB), so a reader that reads
-    part of a shard, as each loader worker does in an interleaved epoch, would fetch the rest of it.
+    Local files unbuffered: a buffered file reads at least a block (4 KiB or more) wherever it is
+    asked for a few bytes, as a Parquet reader is for a footer or a small column chunk, and the
+    readers buffer what they stream themselves. On an object store, fetched in blocks of
+    ``block_size``: fsspec's buffered files read ahead a whole block on every miss (s3fs: 50 MiB),
+    so a reader that reads part of a shard, as each loader worker does in an interleaved epoch,
+    would fetch the rest of it. ``block_size=0``: no read-ahead, one request per read (for a few
+    small ranges far apart, such as a Parquet footer and small column chunks).
     """
     fs, path = get_fs(url)
     if is_local(url):
-        return fs.open(path, "rb")
+        return open(path, "rb", buffering=0)
+    if not block_size:
+        return fs.open(path, "rb", cache_type="none")
     return fs.open(path, "rb", block_size=block_size)
 
 

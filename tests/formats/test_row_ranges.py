@@ -136,3 +136,47 @@ def test_an_object_store_reader_fetches_about_its_part(moto_s3, tmp_path):
     _assert_rows(InstanceBatch.concat(got), whole.slice(0, stop))
     assert len(data) > 3 * fs.RANGE_BLOCK_BYTES
     assert fetched < stop_fraction * len(data) + 2 * fs.RANGE_BLOCK_BYTES, (fetched, len(data))
+
+
+@pytest.mark.s3
+def test_an_object_store_layout_fetches_the_footer_and_lengths_only(moto_s3, tmp_path):
+    """On S3, a shard's layout with its rows' lengths fetches the footer and the small
+    ``input_mask`` column chunks, each exactly: far less than the object."""
+    from conftest_servers import s3_env
+
+    from mlm_pipeline import fs
+
+    fmt = get_output_format("parquet")
+    blocks = [_batch(np.random.default_rng(seed), 4000) for seed in range(64)]  # 64 row groups
+    path = tmp_path / "shard.parquet"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:
+            writer.write(block)
+        writer.close()
+    data = path.read_bytes()
+    url = moto_s3.new_prefix("layout") + "/shard.parquet"
+    bucket, key = url[len("s3://"):].split("/", 1)
+    moto_s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    fetched = []
+    original = fs.open_ranges
+
+    def counting(*args, **kwargs):  # every byte fetched from the store, whatever the file's cache
+        f = original(*args, **kwargs)
+        fetch = f.cache.fetcher
+
+        def counted(start, end):
+            data = fetch(start, end)
+            fetched.append(len(data))
+            return data
+
+        f.cache.fetcher = counted
+        return f
+
+    with s3_env(moto_s3), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fs, "open_ranges", counting)
+        layout = fmt.layout(url, instances=64 * 4000, lengths=True)
+    assert layout.row_groups.tolist() == [4000] * 64
+    assert (layout.lengths == InstanceBatch.concat(blocks).lengths).all()
+    total = sum(fetched)
+    assert total < 0.05 * len(data), (total, len(data))

@@ -22,10 +22,11 @@ from __future__ import annotations
 import importlib
 
 from mlm_pipeline.errors import ConfigError
-from mlm_pipeline.formats.base import OutputFormat, ShardRows, ShardWriter, WholeShardRows
+from mlm_pipeline.formats.base import OutputFormat, ShardLayout, ShardRows, ShardWriter, WholeShardRows
 
 __all__ = [
     "OutputFormat",
+    "ShardLayout",
     "ShardRows",
     "ShardWriter",
     "WholeShardRows",

@@ -3,20 +3,23 @@
 A format is an :class:`OutputFormat` value (composition, no base class to inherit): the name
 recorded in the manifest's ``format`` field, which is also the shard files' extension, a function
 that opens a writer on a binary file, a function that reads a whole shard, and optionally one
-that opens a shard for reading row ranges (the torch loader reads windows of rows). Formats are
-looked up by name in the registry of :mod:`mlm_pipeline.formats`.
+that opens a shard for reading row ranges (the torch loader reads windows of rows) and one that
+reads a shard's :class:`ShardLayout` without its data. Formats are looked up by name in the
+registry of :mod:`mlm_pipeline.formats`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
 
 if TYPE_CHECKING:
     from mlm_pipeline.instances.batch import InstanceBatch
 
-__all__ = ["OutputFormat", "ShardRows", "ShardWriter", "WholeShardRows", "named"]
+__all__ = ["OutputFormat", "ShardLayout", "ShardRows", "ShardWriter", "WholeShardRows", "named"]
 
 # what a reader raises on bytes it cannot decode (a damaged or truncated shard); the exception
 # then says which shard. (A message that already starts with the shard's URL is a reader's own,
@@ -55,6 +58,23 @@ class ShardRows(Protocol):
 
 
 @dataclass(frozen=True)
+class ShardLayout:
+    """What the loader plans an epoch with before it reads a shard's rows.
+
+    ``row_groups``: the rows of each row group, in order. A row group is the smallest part a
+    reader can read without reading its neighbours (a format without them has one: the shard),
+    so the loader cuts its epoch at row-group boundaries and each is read by one reader.
+    ``lengths``: tokens per row, when asked for (length bins need every rank's lengths).
+    ``footer``: the format's parsed index of the shard (Parquet's footer), handed back to
+    ``open_rows`` so that a reader does not read it again.
+    """
+
+    row_groups: np.ndarray
+    lengths: np.ndarray | None = None
+    footer: Any = None
+
+
+@dataclass(frozen=True)
 class OutputFormat:
     """An output format: its name, its writer and its readers.
 
@@ -70,13 +90,17 @@ class OutputFormat:
             fsspec URL.
         open_rows: ``open_rows(url) -> ShardRows`` for reading row ranges without reading the
             whole shard; ``None`` if the format has no such access (:meth:`rows` then reads the
-            shard once and slices it).
+            shard once and slices it). With ``read_layout``, also ``open_rows(url, footer=...)``.
+        read_layout: ``read_layout(url, lengths) -> ShardLayout`` without reading the rows'
+            data; ``None``: :meth:`layout` takes the shard as one row group and, for lengths,
+            reads it whole.
     """
 
     name: str
     open_writer: Callable[..., ShardWriter]
     read_shard: Callable[[str], InstanceBatch]
-    open_rows: Callable[[str], ShardRows] | None = None
+    open_rows: Callable[..., ShardRows] | None = None
+    read_layout: Callable[[str, bool], ShardLayout] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -87,8 +111,9 @@ class OutputFormat:
         for field in ("open_writer", "read_shard"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable")
-        if self.open_rows is not None and not callable(self.open_rows):
-            raise ValueError(f"output format {self.name!r}: open_rows must be callable or None")
+        for field in ("open_rows", "read_layout"):
+            if getattr(self, field) is not None and not callable(getattr(self, field)):
+                raise ValueError(f"output format {self.name!r}: {field} must be callable or None")
 
     @property
     def extension(self) -> str:
@@ -102,21 +127,32 @@ class OutputFormat:
         except _READ_ERRORS as exc:
             raise named(url, exc) from exc
 
-    def rows(self, url: str) -> ShardRows:
-        """A shard opened for reading row ranges (the format's own access, else whole-shard reads);
-        an error reading it names the shard (:func:`named`)."""
+    def rows(self, url: str, footer: Any = None) -> ShardRows:
+        """A shard opened for reading row ranges (the format's own access, else whole-shard reads),
+        with the ``footer`` of its :meth:`layout` if there is one; an error reading it names the
+        shard (:func:`named`)."""
         if self.open_rows is not None:
-            return _NamedRows(self.open_rows, url)
+            return _NamedRows(self.open_rows, url, footer)
         return WholeShardRows(self.read, url)
+
+    def layout(self, url: str, *, instances: int, lengths: bool = False) -> ShardLayout:
+        """The shard's :class:`ShardLayout` (``instances``: its row count, as the manifest says);
+        an error reading it names the shard (:func:`named`)."""
+        try:
+            if self.read_layout is not None:
+                return self.read_layout(url, lengths)
+            return ShardLayout(np.array([instances], np.int64), self.read_shard(url).lengths if lengths else None)
+        except _READ_ERRORS as exc:
+            raise named(url, exc) from exc
 
 
 class _NamedRows:
     """A format's row access whose errors name the shard."""
 
-    def __init__(self, open_rows: Callable[[str], ShardRows], url: str):
+    def __init__(self, open_rows: Callable[..., ShardRows], url: str, footer: Any = None):
         self._url = url
         try:
-            self._rows = open_rows(url)
+            self._rows = open_rows(url) if footer is None else open_rows(url, footer=footer)
         except _READ_ERRORS as exc:
             raise named(url, exc) from exc
 

@@ -3,9 +3,9 @@
 The ragged ``InstanceBatch`` arrays map zero-copy onto Arrow ``ListArray`` (values + offsets), so
 a block of instances becomes a table without touching single instances, and back. The writer
 appends each block as row groups, with a CRC-32 checksum per page that every read verifies (a
-damaged shard raises, and :class:`~mlm_pipeline.formats.OutputFormat` names it); :func:`read_parquet` reads a whole shard and
+damaged shard raises, and :class:`~mlm_pipeline.formats.OutputFormat` names it); :func:`read_parquet` reads a whole shard,
 :class:`ParquetRows` only the row groups that overlap a requested row range (the loader's
-windows). Files are read with ``ParquetFile``, never with ``read_table``: the dataset scanner's
+windows) and :func:`read_layout` the footer and, if asked, the rows' lengths. Files are read with ``ParquetFile``, never with ``read_table``: the dataset scanner's
 threads can abort the interpreter at exit (apache/arrow#34314); a whole shard decodes fast enough
 on the calling thread.
 """
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat
+from mlm_pipeline.formats.base import OutputFormat, ShardLayout
 from mlm_pipeline.instances.batch import InstanceBatch
 
 SCHEMA = pa.schema(
@@ -155,6 +155,26 @@ def _footer(f) -> pq.FileMetaData:
     return pq.read_metadata(io.BytesIO(b"PAR1" + f.read(length) + tail))
 
 
+def read_layout(url: str, lengths: bool = False) -> ShardLayout:
+    """The row groups of a Parquet shard (its footer) and, with ``lengths``, every row's length.
+
+    The lengths come from ``input_mask``: a list of ones as long as ``input_ids``, so its pages
+    hold little more than the list lengths (about 1% of a shard) and are read instead of the ids.
+    Each range is read as it is (on an object store, one request each, no read-ahead).
+    """
+    with fs.open_ranges(url, block_size=0) as f:
+        footer = _footer(f)
+        row_groups = np.array([footer.row_group(i).num_rows for i in range(footer.num_row_groups)], np.int64)
+        if not lengths:
+            return ShardLayout(row_groups, None, footer)
+        shard = pq.ParquetFile(f, metadata=footer, pre_buffer=False, **READ_OPTIONS)
+        parts = []
+        for i in range(footer.num_row_groups):  # one at a time: the decoded ones are not kept
+            column = shard.read_row_group(i, columns=["input_mask"], use_threads=False).column(0).combine_chunks()
+            parts.append(np.diff(_numpy(column.offsets, np.int32)).astype(np.int32))
+    return ShardLayout(row_groups, np.concatenate(parts) if parts else np.zeros(0, np.int32), footer)
+
+
 class ParquetRows:
     """Rows ``[start, stop)`` of one Parquet shard, streamed: only the row groups that overlap are read.
 
@@ -164,14 +184,16 @@ class ParquetRows:
     readers (about a data page per column), not a decoded row group. A range that starts where
     the previous one stopped (a worker walking through a shard in small steps, as an interleaved
     loader epoch does) carries on with the same iterator: each row group is read once. Going
-    back, or to another row group, starts a new iterator there.
+    back, or to another row group, starts a new iterator there. ``footer``: the shard's parsed
+    footer, if the caller has it (:func:`read_layout`), so that it is not read again.
     """
 
     BATCH_ROWS = 128  # rows per record batch of the iterator
     BUFFER_BYTES = 1 << 16  # read buffer per column
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, footer: pq.FileMetaData | None = None):
         self._url = url
+        self._footer = footer
         self._file = None
         self._parquet: pq.ParquetFile | None = None
         self._row_group_starts: np.ndarray | None = None
@@ -182,7 +204,8 @@ class ParquetRows:
 
     def _open(self) -> None:
         self._file = fs.open_ranges(self._url)
-        self._parquet = pq.ParquetFile(self._file, metadata=_footer(self._file), buffer_size=self.BUFFER_BYTES,
+        footer = self._footer if self._footer is not None else _footer(self._file)
+        self._parquet = pq.ParquetFile(self._file, metadata=footer, buffer_size=self.BUFFER_BYTES,
                                          pre_buffer=False, **READ_OPTIONS)
         meta = self._parquet.metadata
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -236,4 +259,5 @@ class ParquetRows:
         self._row = -1
 
 
-FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows)
+FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows,
+                      read_layout=read_layout)

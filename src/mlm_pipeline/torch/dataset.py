@@ -1,8 +1,8 @@
 """Streaming, resumable, DDP- and worker-aware reading of a prepared output: :class:`MLMDataset`.
 
 The dataset composes the other pieces: :mod:`.manifest` says what the output holds and reads
-rows of its shards (with the reader of the manifest's format), :mod:`.epoch_plan` says which
-samples this rank and each DataLoader worker emit in which order, and where a resume starts.
+its shards' layouts and rows (with the reader of the manifest's format), :mod:`.epoch_plan` says
+which samples this rank and each DataLoader worker emit in which order, and where a resume starts.
 What is left here is the position in the epoch (epoch number, segments consumed), iteration and
 the sample dicts. :class:`~mlm_pipeline.torch.loader.MLMDataLoader` moves the position through
 :meth:`MLMDataset.advance`.
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from mlm_pipeline.formats import ShardLayout
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.torch.epoch_plan import (
     RankPlan,
@@ -31,7 +32,7 @@ from mlm_pipeline.torch.epoch_plan import (
     remaining_after,
     replay,
 )
-from mlm_pipeline.torch.manifest import PreparedOutput, ShardRowReader, load_prepared
+from mlm_pipeline.torch.manifest import PreparedOutput, ShardRowReader, load_prepared, read_layouts
 from mlm_pipeline.torch.stream import EpochStream, epoch_stream, mix_counts
 
 __all__ = ["MLMDataset"]
@@ -78,14 +79,19 @@ class MLMDataset(IterableDataset):
             own seed, nothing else).
         shuffle_buffer: samples per window: the shuffle span and the memory bound per worker.
         interleave: shards (pieces of shards, with mixing) read side by side: a window holds rows
-            of up to this many shards, in proportion to their sizes. Also the number of shards a
-            worker keeps open (for Parquet, with its last row group decoded).
+            of up to this many shards, in proportion to their sizes, as whole row groups where a
+            row group holds at most its shard's share of a window (``shuffle_buffer /
+            interleave`` rows for equal shards): each is then read once per epoch. Also the
+            number of shards a worker keeps open.
         rank, world_size: default from ``torch.distributed`` when initialised, else 0 and 1.
         pad_ranks: give shorter ranks one padding sample so all ranks have equal length (DDP).
         length_bins: group each window into batches of one length bin: ``n`` equal bins up to
-            the output's ``max_seq_length``, or a list of upper bounds. Needs ``bin_batch_size``,
-            the loader's batch size, which must divide ``shuffle_buffer``. Pad with the
-            collator's ``pad_to_multiple_of=8``.
+            the output's ``max_seq_length``, or a list of upper bounds; the ``k``-th batch of
+            every rank is of the same bin (see :func:`~mlm_pipeline.torch.epoch_plan.binned_order`
+            for the samples moved up a bin). Needs ``bin_batch_size``, the loader's batch size,
+            which must divide ``shuffle_buffer``, and the lengths of all instances, which every
+            rank reads before its first epoch (Parquet: about 1% of the shards; other formats:
+            all of them). Pad with the collator's ``pad_to_multiple_of=8``.
         verify: how each shard is checked against the manifest when a process first opens it:
             ``sha256`` (reads it once more), ``size`` (one metadata request) or ``none``. A shard
             that differs raises :class:`~mlm_pipeline.errors.ShardDamaged` naming it.
@@ -94,7 +100,8 @@ class MLMDataset(IterableDataset):
     (int8), ``masked_lm_positions`` / ``masked_lm_ids`` (int32, empty for unmasked data),
     ``next_sentence_label`` (int, -1 without NSP), ``index`` (position in the sources' shards in
     manifest order, concatenated; stable across epochs), ``source`` (number of its source),
-    ``epoch`` and ``weight`` (1.0, or 0.0 for a padding sample).
+    ``epoch``, ``weight`` (1.0, or 0.0 for a padding sample) and ``bin`` (the length bin of the
+    batch it is emitted in, numbered from 0; -1 without length bins).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
 
@@ -160,6 +167,8 @@ class MLMDataset(IterableDataset):
         self._rank = rank
         self._world_size = world_size
         self.epoch = 0
+        self._layouts: list[ShardLayout] | None = None  # read once, by the process that plans
+        self._lengths: np.ndarray | None = None  # with bins: every instance's length, by global index
         self._stream_cache: tuple[int, EpochStream] | None = None  # the latest epoch's stream
         self._segments: list[Segment] = []  # the position in the epoch
         self._yielded = 0  # samples yielded by the latest in-process iteration (num_workers=0)
@@ -180,15 +189,30 @@ class MLMDataset(IterableDataset):
         """Samples in an epoch (all ranks): every instance, or the mix's total."""
         return int(self.mix.sum())
 
+    def layouts(self) -> list[ShardLayout]:
+        """Every shard's row groups (and with length bins its rows' lengths), global shard order.
+
+        Read once, by the process that first plans (a training process, before its DataLoader
+        starts workers, which get them with the dataset): Parquet footers, about 1% of small
+        shards, and with bins the ``input_mask`` column, about 1% more.
+        """
+        if self._layouts is None:
+            layouts = read_layouts(self.sources, lengths=self.bins is not None, verify=self.verify)
+            if self.bins is not None:
+                lengths = np.concatenate([lay.lengths for lay in layouts]) if layouts else np.zeros(0, np.int32)
+                self._lengths = lengths.astype(np.uint16 if lengths.size == 0 or lengths.max() < 65536 else np.int32)
+            self._layouts = layouts
+        return self._layouts
+
     def stream(self, epoch: int | None = None) -> EpochStream:
         """The stream of ``epoch`` (default: the current one), before it is split over ranks."""
         epoch = self.epoch if epoch is None else epoch
         if self._stream_cache is not None and self._stream_cache[0] == epoch:
             return self._stream_cache[1]
-        # rounds of a quarter window: any window holds whole rounds, so every shard of its group
         stream = epoch_stream(self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                              interleave=self.interleave, round_size=max(1, self.shuffle_buffer // 4),
-                              weights=self.weights, samples_per_epoch=self.samples_per_epoch)
+                              interleave=self.interleave, window=self.shuffle_buffer,
+                              weights=self.weights, samples_per_epoch=self.samples_per_epoch,
+                              row_groups=[lay.row_groups for lay in self.layouts()])
         self._stream_cache = (epoch, stream)
         return stream
 
@@ -196,33 +220,47 @@ class MLMDataset(IterableDataset):
         """This rank's plan of ``epoch`` (default: the current one)."""
         rank, world = _resolve_rank(self._rank, self._world_size)
         epoch = self.epoch if epoch is None else epoch
-        return plan_rank(self.stream(epoch), seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
+        stream = self.stream(epoch)  # (reads the layouts first)
+        return plan_rank(stream, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
                          world_size=world, pad_ranks=self.pad_ranks, window=self.shuffle_buffer,
-                         bins=self.bins, bin_batch=self.bin_batch_size or 0)
+                         bins=self.bins, bin_batch=self.bin_batch_size or 0, lengths=self._lengths)
 
-    def _runs(self, workers: int) -> tuple[RankPlan, np.ndarray, list[np.ndarray]]:
-        """The plan, samples left per window and each worker's windows for the rest of the epoch."""
+    def _sizes(self) -> tuple[RankPlan, np.ndarray, np.ndarray]:
+        """The plan, this rank's window sizes and the longest rank's (a shorter rank may have one
+        window less: it is given size 0)."""
         plan = self.plan()
-        sizes = plan.window_sizes
-        schedule = replay(sizes, self._segments)
-        return plan, sizes - schedule.done, schedule.runs_for(sizes, workers)
+        split = plan.split_sizes
+        sizes = np.zeros(len(split), np.int64)
+        own = plan.window_sizes
+        sizes[:len(own)] = own
+        return plan, sizes, split
+
+    def _runs(self, workers: int) -> tuple[RankPlan, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The plan, window sizes, samples left per window and each worker's windows for the rest of the epoch."""
+        plan, sizes, split = self._sizes()
+        schedule = replay(sizes, self._segments, split)
+        return plan, sizes, sizes - schedule.done, schedule.runs_for(sizes, split, workers)
+
+    def _remaining_after(self, segments: list[Segment]) -> int:
+        _, sizes, split = self._sizes()
+        return remaining_after(sizes, segments, split)
 
     def __len__(self) -> int:
         """Samples an iteration from the recorded position emits on this rank (all at epoch start)."""
-        return int(self._runs(1)[1].sum())
+        return int(self._runs(1)[2].sum())
 
     def num_batches(self, batch_size: int, num_workers: int = 0) -> int:
         """Batches a DataLoader with these settings yields for the rest of the epoch on this rank.
 
         Each worker batches its own samples, so up to ``num_workers`` batches per epoch are short.
         """
-        _, remaining, runs = self._runs(max(1, num_workers))
+        _, _, remaining, runs = self._runs(max(1, num_workers))
         return count_batches(remaining, runs, batch_size)
 
     def num_batches_of_epoch(self, batch_size: int, num_workers: int = 0) -> int:
         """Batches of a whole epoch on this rank (the same for every epoch)."""
-        sizes = self.plan().window_sizes
-        return count_batches(sizes, balanced_runs(sizes, max(1, num_workers)), batch_size)
+        _, sizes, split = self._sizes()
+        return count_batches(sizes, balanced_runs(split, max(1, num_workers)), batch_size)
 
     # -- epochs and state ----------------------------------------------------------------
 
@@ -246,7 +284,7 @@ class MLMDataset(IterableDataset):
         segments = list(self._segments)
         if batches:
             segments.append(self._segment(batches, batch_size, num_workers))
-        complete = epoch_complete or (batches > 0 and remaining_after(self.plan().window_sizes, segments) == 0)
+        complete = epoch_complete or (batches > 0 and self._remaining_after(segments) == 0)
         if complete:
             self.set_epoch(self.epoch + 1)
         else:
@@ -301,7 +339,7 @@ class MLMDataset(IterableDataset):
         elif self._yielded:
             segments.append((1, 1, self._yielded))
         if not finished and segments:
-            finished = remaining_after(self.plan().window_sizes, segments) == 0
+            finished = self._remaining_after(segments) == 0
         if finished:
             return make_state(self._settings(), self.epoch + 1, [])
         return make_state(self._settings(), self.epoch, segments)
@@ -328,32 +366,46 @@ class MLMDataset(IterableDataset):
         return self._iterate(worker, num_workers, in_process=False)
 
     def _iterate(self, worker: int, workers: int, *, in_process: bool) -> Iterator[dict]:
-        plan, remaining, runs = self._runs(workers)
-        sizes = plan.window_sizes
+        plan, sizes, remaining, runs = self._runs(workers)
         if in_process:
             self._yielded, self._finished = 0, False
-        reader = ShardRowReader(self.sources, max_open=self.interleave, verify=self.verify)
+        reader = ShardRowReader(self.sources, max_open=self.interleave, verify=self.verify, layouts=self.layouts())
         try:
             for w in runs[worker].tolist():
                 size = int(sizes[w])
                 batch, index, weight = self._read_window(plan, w, size, reader)
-                lengths = np.diff(batch.offsets) if plan.bins else None
-                for k in plan.window_order(w, size, lengths)[size - int(remaining[w]):].tolist():
+                order, bins = plan.window_order(w, size)
+                if bins is not None:
+                    self._check_lengths(batch, index)
+                skip = size - int(remaining[w])
+                for pos, k in enumerate(order[skip:].tolist(), start=skip):
                     if in_process:
                         self._yielded += 1
-                    yield self._sample(batch, k, int(index[k]), float(weight[k]))
+                    bin_ = -1 if bins is None else int(bins[pos])
+                    yield self._sample(batch, k, int(index[k]), float(weight[k]), bin_)
         finally:
             reader.close()
         if in_process:
             self._finished = True
 
+    def _check_lengths(self, batch: InstanceBatch, index: np.ndarray) -> None:
+        """The rows read are as long as the layouts said (else the bins were planned on other data)."""
+        wrong = np.flatnonzero(np.diff(batch.offsets) != self._lengths[index])
+        if len(wrong):
+            starts = np.cumsum([0] + [len(p.shards) for p in self.sources])
+            shard = int(np.searchsorted(self.stream().shard_starts, index[wrong[0]], side="right") - 1)
+            source = int(np.searchsorted(starts, shard, side="right") - 1)
+            url = self.sources[source].shards[shard - starts[source]].url
+            raise ValueError(f"{url}: a row is {int(np.diff(batch.offsets)[wrong[0]])} tokens long, its layout said "
+                             f"{int(self._lengths[index[wrong[0]]])} (was the shard changed while it was read?)")
+
     @staticmethod
     def _read_window(plan: RankPlan, w: int, size: int, reader: ShardRowReader):
         """The window's rows (stream order), their global indices and weights.
 
-        An interleaved window holds a slice of each shard per round; consecutive rounds' slices of
-        a shard are contiguous rows, so they are read as one range (one read per shard and
-        window, not per round) and put back in stream order.
+        An interleaved window holds one or more chunks of each shard; a shard's chunks in a window
+        are often contiguous rows, so they are read as one range (one read per shard and window,
+        not per chunk) and put back in stream order.
         """
         pieces, index, weight = plan.window_rows(w, size)
         if len(pieces) == 1:
@@ -377,7 +429,7 @@ class MLMDataset(IterableDataset):
         merged = InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]
         return merged.take(rows), index, weight
 
-    def _sample(self, batch: InstanceBatch, k: int, index: int, weight: float) -> dict:
+    def _sample(self, batch: InstanceBatch, k: int, index: int, weight: float, bin_: int) -> dict:
         s, e = batch.offsets[k], batch.offsets[k + 1]
         ms, me = batch.masked_offsets[k], batch.masked_offsets[k + 1]
         nsp = -1
@@ -393,6 +445,7 @@ class MLMDataset(IterableDataset):
             "source": int(np.searchsorted(self._source_starts, index, side="right") - 1),
             "epoch": self.epoch,
             "weight": weight,
+            "bin": bin_,
         }
 
     def collator(self, *, masking: str = "auto", tokenizer=None, **kwargs):

@@ -1,12 +1,14 @@
 """Which samples a rank and its workers emit in an epoch, in which order, and where a resume starts.
 
-The order of one epoch, in four steps (all pure functions of the shard counts, the mix, ``seed``,
-``epoch`` and ``world_size``; never of the worker count, the machine or timing):
+The order of one epoch, in four steps (all pure functions of the shard counts and row groups, the
+mix, ``seed``, ``epoch`` and ``world_size``, and with length bins of the rows' lengths; never of
+the worker count, the machine or timing):
 
 1. **Stream.** The epoch's *stream* of ``N`` positions, each a row of a shard
    (:mod:`.stream`): the rows each source contributes (all of them, or its weighted share), in
-   pieces permuted by ``(seed, epoch)`` and interleaved in groups of ``interleave`` pieces, so that
-   any stretch of a window's length holds rows of every piece of its group.
+   pieces permuted by ``(seed, epoch)`` and interleaved in groups of ``interleave`` pieces as
+   chunks of whole row groups, so that any stretch of a window's length holds rows of every piece
+   of its group and a cut between two readers splits at most one row group.
 2. **Ranks.** Rank ``r`` of ``R`` owns the contiguous stream slice ``[a_r, a_r + n_r)`` with
    ``n_r = N // R + (r < N % R)``: every position goes to exactly one rank, none is dropped or
    repeated, and rank sizes differ by at most one. With ``pad_ranks=True`` the shorter ranks get
@@ -15,10 +17,14 @@ The order of one epoch, in four steps (all pure functions of the shard counts, t
    same number of batches (what DDP needs to keep its collectives in step).
 3. **Windows.** A rank's slice is cut into windows of ``shuffle_buffer`` consecutive samples (the
    last one shorter). A window is read (only the rows it covers) and emitted in a random order
-   drawn from ``(seed, epoch, window start)``. Memory is one window per worker.
+   drawn from ``(seed, epoch, window start)``; with length bins, regrouped into batches of one
+   bin each, the bins of its batches being the same on every rank (:func:`binned_order`). Memory
+   is one window per worker.
 4. **Workers.** The windows still to read are split into ``num_workers`` contiguous runs, balanced
    by sample count. Each DataLoader worker reads only its run; the DataLoader interleaves the
-   workers' batches round robin (skipping exhausted workers), which is deterministic.
+   workers' batches round robin (skipping exhausted workers), which is deterministic. The runs are
+   cut by the windows of the longest rank, so that they are the same on every rank: the ``k``-th
+   batch of every rank comes from the same worker and window number.
 
 So the *set* of samples of a rank and the content and order of each window never depend on the
 worker count; the interleaving of windows does. Dynamic masks come from each sample's ``index``
@@ -61,13 +67,28 @@ __all__ = [
     "replay",
 ]
 
-STATE_VERSION = 2  # 2: interleaved streams and mixing (version 1 states ordered epochs otherwise)
+STATE_VERSION = 3  # 3: row-group chunks, bins shared by ranks; 2: interleaved rounds; 1: no interleaving
 Segment = tuple[int, int, int]  # (num_workers, batch_size, batches) consumed from one DataLoader pass
 _WINDOW_STREAM, _BIN_STREAM = 2, 5
 
 
 def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(k) for k in key]))
+
+
+def rank_slice(total: int, world_size: int, rank: int, pad_ranks: bool) -> tuple[int, int, int]:
+    """Rank ``rank``'s stream slice: its start, its real samples and the samples it emits."""
+    q, extra = divmod(total, world_size)
+    real = q + (rank < extra)
+    return rank * q + min(rank, extra), real, (q + (extra > 0)) if (pad_ranks and total) else real
+
+
+def _window_sizes(length: int, window: int) -> np.ndarray:
+    n = math.ceil(length / window) if length else 0
+    sizes = np.full(n, window, dtype=np.int64)
+    if n:
+        sizes[-1] = length - (n - 1) * window
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -79,37 +100,55 @@ class RankPlan:
     shuffle: bool
     stream: EpochStream  # which shard row stands at each stream position
     total: int  # N
-    start: int  # a_r
-    real: int  # n_r: real samples of this rank
-    length: int  # samples this rank emits (n_r, or ceil(N / R) with pad_ranks)
+    rank: int
+    world_size: int
+    pad_ranks: bool
     window: int
+    bins: tuple[int, ...] | None = None  # length bins' upper bounds (inclusive), ascending
+    bin_batch: int = 0  # batch size the bins are cut for (divides ``window``)
+    lengths: np.ndarray | None = None  # with bins: tokens of every instance, by global index
+
+    @property
+    def start(self) -> int:  # a_r
+        return rank_slice(self.total, self.world_size, self.rank, self.pad_ranks)[0]
+
+    @property
+    def real(self) -> int:  # n_r: real samples of this rank
+        return rank_slice(self.total, self.world_size, self.rank, self.pad_ranks)[1]
+
+    @property
+    def length(self) -> int:  # samples this rank emits (n_r, or ceil(N / R) with pad_ranks)
+        return rank_slice(self.total, self.world_size, self.rank, self.pad_ranks)[2]
 
     @property
     def window_sizes(self) -> np.ndarray:
-        n = math.ceil(self.length / self.window) if self.length else 0
-        sizes = np.full(n, self.window, dtype=np.int64)
-        if n:
-            sizes[-1] = self.length - (n - 1) * self.window
-        return sizes
+        return _window_sizes(self.length, self.window)
 
-    bins: tuple[int, ...] | None = None  # length bins' upper bounds (inclusive), ascending
-    bin_batch: int = 0  # batch size the bins are cut for (divides ``window``)
+    @property
+    def split_sizes(self) -> np.ndarray:
+        """The window sizes of the longest rank (rank 0): what the workers' runs are cut by, on every rank."""
+        return _window_sizes(rank_slice(self.total, self.world_size, 0, self.pad_ranks)[2], self.window)
 
-    def window_order(self, w: int, size: int, lengths: np.ndarray | None = None) -> np.ndarray:
-        """Positions ``0..size-1`` of window ``w`` in the order it emits them.
+    def _positions(self, rank: int, w: int) -> np.ndarray:
+        """Stream positions of ``rank``'s window ``w``, in stream order (a padding sample wraps around)."""
+        start, _, length = rank_slice(self.total, self.world_size, rank, self.pad_ranks)
+        j = np.arange(w * self.window, min(length, (w + 1) * self.window), dtype=np.int64)
+        return (start + j) % max(self.total, 1)
 
-        With length bins, ``lengths`` (the window's sample lengths, stream order) group the
-        shuffled window into batches of one bin each (:func:`binned_order`).
-        """
+    def window_order(self, w: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Positions ``0..size-1`` of window ``w`` in the order it emits them, and with length bins
+        the bin of the batch each is emitted in (:func:`binned_order`; else None)."""
         if not self.shuffle:
             order = np.arange(size)
         else:
             order = _rng(self.seed, self.epoch, _WINDOW_STREAM, self.start + w * self.window).permutation(size)
         if self.bins is None:
-            return order
-        if lengths is None:
-            raise ValueError("a binned window's order needs its sample lengths")
-        return binned_order(order, np.asarray(lengths), self.bins, self.bin_batch,
+            return order, None
+        lengths = [self.lengths[self.stream.global_index(*self.stream.locate(self._positions(r, w)))]
+                   for r in range(self.world_size)]
+        classes = [np.searchsorted(np.asarray(self.bins), x, side="left") for x in lengths]
+        counts = np.array([np.bincount(c, minlength=len(self.bins) + 1) for c in classes], dtype=np.int64)
+        return binned_order(order, lengths[self.rank], classes[self.rank], counts, self.bin_batch,
                             _rng(self.seed, self.epoch, _BIN_STREAM, w))
 
     def window_rows(self, w: int, size: int) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
@@ -121,8 +160,7 @@ class RankPlan:
         stream's next instance).
         """
         j = np.arange(w * self.window, w * self.window + size, dtype=np.int64)
-        g = (self.start + j) % max(self.total, 1)
-        shard, row = self.stream.locate(g)
+        shard, row = self.stream.locate(self._positions(self.rank, w))
         breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (row[1:] != row[:-1] + 1)) + 1
         pieces = [
             (int(shard[a]), int(row[a]), int(row[a]) + int(b - a))
@@ -133,39 +171,72 @@ class RankPlan:
         return pieces, index, weight
 
 
-def binned_order(order: np.ndarray, lengths: np.ndarray, bins: Sequence[int], batch: int,
-                 rng: np.random.Generator) -> np.ndarray:
-    """``order`` (a window's shuffled positions) regrouped into batches of one length bin.
+def binned_order(order: np.ndarray, lengths: np.ndarray, classes: np.ndarray, counts: np.ndarray, batch: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``order`` (a window's shuffled positions) regrouped into batches of one length bin each, the
+    bins of the window's batches coming in the same sequence on every rank.
 
-    Each bin's samples, in ``order``, are cut into full batches of ``batch``. The batches are
-    emitted one at a time, the bin of each drawn with probability proportional to the samples
-    the bin still has (LDDL's rule); the draws come from ``rng``, which is the same on every
-    rank for the same window number, so ranks whose bins hold similar shares pick the same bin
-    (inverse-CDF coupling). What is left of each bin (under ``batch`` samples) follows, sorted
-    by length, so those few batches hold neighbouring lengths. The result is a permutation of
-    ``order``; it depends on the window's data, never on the worker count.
+    ``lengths`` and ``classes``: this rank's samples' lengths and bins (stream order);
+    ``counts[r, b]``: samples of bin ``b`` in rank ``r``'s window of this number, which every
+    rank computes from the length index. From the shortest bin up, bin ``b`` gets as many batches
+    as its smallest pool fills, a rank's pool being its samples of ``b`` and those moved up from
+    ``b - 1``; each rank moves what is left of its pool, its longest samples, up to ``b + 1``. So
+    every rank has the same number of batches of each bin, a moved sample is padded no further
+    than its new bin's bound, and a full window is used up exactly (at the top the pools are
+    equal). A rank's last, shorter window ends with one short batch of what is left, its bin
+    being the highest any rank has in that window.
+
+    The batches are emitted one at a time, the bin of each drawn with probability proportional to
+    the batches it still has (LDDL's rule), from ``rng``, which is the same on every rank: every
+    rank draws the same bins. Within a bin, batches take the samples in ``order``. Returns the
+    permutation of ``order`` and the bin of each of its positions; it depends on the window's
+    lengths, every rank's, never on the worker count.
     """
-    b = np.searchsorted(np.asarray(bins), lengths[order], side="left")
-    full: list[list[np.ndarray]] = []
-    rest = []
-    for k in range(len(bins) + 1):
-        members = order[b == k]
-        n = len(members) // batch * batch
-        full.append(list(members[:n].reshape(-1, batch)))
-        rest.append(members[n:])
-    left = np.array([len(f) for f in full], dtype=np.float64)
-    out, taken = [], [0] * len(full)
-    for u in rng.random(int(left.sum())):
+    k_bins = counts.shape[1]
+    rank_of = np.empty(len(order), np.int64)
+    rank_of[order] = np.arange(len(order))
+    n = np.zeros(k_bins, np.int64)
+    pool = np.zeros(len(counts), np.int64)
+    for b in range(k_bins):
+        pool += counts[:, b]
+        n[b] = pool.min() // batch
+        pool -= n[b] * batch
+    full, moved = [], np.zeros(0, np.int64)
+    for b in range(k_bins):
+        mine = np.concatenate([moved, np.flatnonzero(classes == b)])
+        by_length = np.argsort(lengths[mine], kind="stable")
+        kept, moved = mine[by_length[:n[b] * batch]], mine[by_length[n[b] * batch:]]
+        full.append(_bin_batches(kept[np.argsort(rank_of[kept])], classes, b, int(n[b]), batch))
+    left = n.astype(np.float64)
+    taken = np.zeros(k_bins, np.int64)
+    out, bins_out = [], []
+    for u in rng.random(int(n.sum())):
         cdf = np.cumsum(left) / left.sum()
-        k = min(int(np.searchsorted(cdf, u, side="right")), len(full) - 1)
+        k = min(int(np.searchsorted(cdf, u, side="right")), k_bins - 1)
         while left[k] == 0:  # float edge: step back to a bin that has batches
             k -= 1
         out.append(full[k][taken[k]])
+        bins_out.append(k)
         taken[k] += 1
         left[k] -= 1
-    tail = np.concatenate(rest) if rest else np.zeros(0, np.int64)
-    tail = tail[np.argsort(lengths[tail], kind="stable")]
-    return np.concatenate(out + [tail]).astype(np.int64) if out else tail.astype(np.int64)
+    tail = moved[np.argsort(rank_of[moved])]
+    present = np.flatnonzero(counts.sum(0))
+    top = int(present[-1]) if len(present) else k_bins - 1
+    result = np.concatenate(out + [tail]).astype(np.int64) if out else tail.astype(np.int64)
+    labels = np.concatenate([np.repeat(np.array(bins_out, np.int64), batch), np.full(len(tail), top, np.int64)])
+    return result, labels
+
+
+def _bin_batches(kept: np.ndarray, classes: np.ndarray, b: int, n: int, batch: int) -> np.ndarray:
+    """The ``n`` batches of bin ``b`` from ``kept`` (its samples and those moved up to it, in the
+    window's order): one of its own samples first in each, so that each batch's longest is of
+    bin ``b`` (as on every other rank); then the moved samples, so that they fill few batches;
+    then its other samples."""
+    own = classes[kept] == b
+    if own.sum() < n:
+        return kept.reshape(n, batch)
+    head, rest = kept[own][:n], np.concatenate([kept[~own], kept[own][n:]])
+    return np.concatenate([head[:, None], rest.reshape(n, batch - 1)], axis=1)
 
 
 def length_bins(bins: int | Sequence[int], max_length: int | None) -> tuple[int, ...]:
@@ -182,17 +253,16 @@ def length_bins(bins: int | Sequence[int], max_length: int | None) -> tuple[int,
 
 
 def plan_rank(stream: EpochStream, *, seed: int, epoch: int, shuffle: bool, rank: int, world_size: int,
-              pad_ranks: bool, window: int, bins: tuple[int, ...] | None = None, bin_batch: int = 0) -> RankPlan:
+              pad_ranks: bool, window: int, bins: tuple[int, ...] | None = None, bin_batch: int = 0,
+              lengths: np.ndarray | None = None) -> RankPlan:
     """The plan of ``rank`` for ``epoch`` over the epoch's ``stream``."""
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
-    n = stream.total
-    q, extra = divmod(n, world_size)
-    real = q + (rank < extra)
-    length = (q + (extra > 0)) if (pad_ranks and n) else real
-    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, stream=stream, total=n,
-                    start=rank * q + min(rank, extra), real=real, length=length, window=window,
-                    bins=bins, bin_batch=bin_batch)
+    if bins is not None and lengths is None:
+        raise ValueError("a plan with length bins needs the instances' lengths")
+    return RankPlan(seed=seed, epoch=epoch, shuffle=shuffle, stream=stream, total=stream.total, rank=rank,
+                    world_size=world_size, pad_ranks=pad_ranks, window=window, bins=bins, bin_batch=bin_batch,
+                    lengths=lengths)
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,14 +318,25 @@ def count_batches(remaining: np.ndarray, runs: list[np.ndarray], batch_size: int
 
 @dataclass
 class Schedule:
-    """Where an epoch stands: samples emitted per window, and each worker's windows."""
+    """Where an epoch stands: samples emitted per window, and each worker's windows.
+
+    The runs are cut by the longest rank's windows (``split``, see :attr:`RankPlan.split_sizes`),
+    whose progress (``split_done``) every rank replays alike: all ranks have the same runs.
+    """
 
     done: np.ndarray  # samples already emitted, per window
+    split_done: np.ndarray  # ... and what the longest rank has emitted
     runs: list[np.ndarray] | None  # windows of each worker of the last segment, in resume order
     workers: int  # the worker count ``runs`` is for
 
-    def runs_for(self, sizes: np.ndarray, workers: int) -> list[np.ndarray]:
-        """Windows of each of ``workers`` for the rest of the epoch.
+    def _split_runs(self, split: np.ndarray, workers: int) -> list[np.ndarray]:
+        left = split - self.split_done
+        if self.runs is None or workers != self.workers:
+            return balanced_runs(left, workers)
+        return [r[left[r] > 0] for r in self.runs]
+
+    def runs_for(self, sizes: np.ndarray, split: np.ndarray, workers: int) -> list[np.ndarray]:
+        """Windows with samples left of each of ``workers`` for the rest of the epoch.
 
         With the worker count of the last segment, every worker keeps its windows and the runs
         are rotated so that the worker the DataLoader would have asked next comes first: the
@@ -263,25 +344,37 @@ class Schedule:
         count, the windows left are split afresh.
         """
         remaining = sizes - self.done
-        if self.runs is None or workers != self.workers:
-            return balanced_runs(remaining, workers)
-        return [r[remaining[r] > 0] for r in self.runs]
+        return [r[remaining[r] > 0] for r in self._split_runs(split, workers)]
 
 
-def replay(sizes: np.ndarray, segments: Sequence[Sequence[int]]) -> Schedule:
-    """Replay ``(workers, batch_size, batches)`` segments: pure arithmetic, no data read."""
-    schedule = Schedule(done=np.zeros(len(sizes), dtype=np.int64), runs=None, workers=0)
+def _consume(done: np.ndarray, sizes: np.ndarray, runs: list[np.ndarray], batch_size: int, batches: int) -> int:
+    """Add what ``batches`` of a round robin over workers with these ``runs`` emit to ``done``;
+    the worker asked next."""
+    remaining = sizes - done
+    per_worker = [int(remaining[r].sum()) for r in runs]
+    per_worker_batches = [-(-n // batch_size) for n in per_worker]
+    taken = _round_robin(per_worker_batches, batches)
+    for run, n, t in zip(runs, per_worker, taken):
+        left = remaining[run]
+        before = np.cumsum(left) - left
+        done[run] += np.clip(min(t * batch_size, n) - before, 0, left)
+    return _next_worker(per_worker_batches, taken)
+
+
+def replay(sizes: np.ndarray, segments: Sequence[Sequence[int]], split: np.ndarray | None = None) -> Schedule:
+    """Replay ``(workers, batch_size, batches)`` segments: pure arithmetic, no data read.
+
+    ``split``: the longest rank's window sizes (default ``sizes``), of which ``sizes`` has the
+    first ``len(sizes)`` (a shorter rank may have one window less).
+    """
+    split = np.asarray(sizes if split is None else split, dtype=np.int64)
+    sizes = np.concatenate([sizes, np.zeros(len(split) - len(sizes), np.int64)]).astype(np.int64)
+    schedule = Schedule(done=np.zeros(len(split), np.int64), split_done=np.zeros(len(split), np.int64),
+                        runs=None, workers=0)
     for workers, batch_size, batches in segments:
-        runs = schedule.runs_for(sizes, workers)
-        remaining = sizes - schedule.done
-        per_worker = [int(remaining[r].sum()) for r in runs]
-        per_worker_batches = [-(-n // batch_size) for n in per_worker]
-        taken = _round_robin(per_worker_batches, batches)
-        for run, n, t in zip(runs, per_worker, taken):
-            left = remaining[run]
-            before = np.cumsum(left) - left
-            schedule.done[run] += np.clip(min(t * batch_size, n) - before, 0, left)
-        nxt = _next_worker(per_worker_batches, taken)
+        runs = schedule._split_runs(split, workers)
+        nxt = _consume(schedule.split_done, split, runs, batch_size, batches)
+        _consume(schedule.done, sizes, runs, batch_size, batches)
         schedule.runs = runs[nxt:] + runs[:nxt]
         schedule.workers = workers
     return schedule
@@ -300,9 +393,9 @@ def _next_worker(batches: Sequence[int], taken: Sequence[int]) -> int:
     return next(w for w in unfinished if taken[w] == fewest)
 
 
-def remaining_after(sizes: np.ndarray, segments: Sequence[Sequence[int]]) -> int:
-    """Samples left in the epoch after ``segments``."""
-    return int((sizes - replay(sizes, segments).done).sum())
+def remaining_after(sizes: np.ndarray, segments: Sequence[Sequence[int]], split: np.ndarray | None = None) -> int:
+    """Samples left in the epoch after ``segments`` (``split``: as for :func:`replay`)."""
+    return int(sizes.sum() - replay(sizes, segments, split).done.sum())
 
 
 def make_state(settings: dict, epoch: int, segments: Sequence[Segment]) -> dict:

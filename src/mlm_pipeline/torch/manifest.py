@@ -2,8 +2,10 @@
 
 :func:`load_prepared` reads ``OUTPUT/manifest.json`` into a :class:`PreparedOutput`. The shards are
 read by the reader of the format the manifest records (``format``, looked up in
-:mod:`mlm_pipeline.formats`), never chosen by file name; :class:`ShardRowReader` reads row ranges
-of them, keeping the most recently read shards open. Nothing here imports torch.
+:mod:`mlm_pipeline.formats`), never chosen by file name: :func:`read_layouts` reads what an epoch
+is planned with (each shard's row groups and, for length bins, its rows' lengths) and
+:class:`ShardRowReader` reads row ranges, keeping the most recently read shards open. Nothing here
+imports torch.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats import OutputFormat, ShardRows, get_output_format
+from mlm_pipeline.formats import OutputFormat, ShardLayout, ShardRows, get_output_format
 from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
 
-__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared", "verify_shard"]
+__all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared", "read_layouts", "verify_shard"]
 
 MASKINGS = ("static", "none")
 
@@ -141,6 +144,31 @@ def load_prepared(url: str) -> PreparedOutput:
                           tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
 
 
+def read_layouts(outputs: list[PreparedOutput], *, lengths: bool, verify: str = "size",
+                 threads: int = 8) -> list[ShardLayout]:
+    """The :class:`~mlm_pipeline.formats.base.ShardLayout` of every shard of ``outputs`` (global
+    shard order), read in ``threads`` threads (on an object store each is a request or two).
+
+    Parquet: the footer, and for ``lengths`` the ``input_mask`` column (about 1% of a shard).
+    A format without layouts: one row group per shard, and for ``lengths`` the whole shard read.
+    Unless ``verify`` is ``none``, each shard's size is checked first (a missing or truncated
+    shard is named as such); the SHA-256 check, if asked for, is left to the row readers.
+    """
+    jobs = [(out.format, entry) for out in outputs for entry in out.shards]
+
+    def one(job: tuple[OutputFormat, ShardEntry]) -> ShardLayout:
+        fmt, entry = job
+        verify_shard(entry, "none" if verify == "none" else "size")
+        layout = fmt.layout(entry.url, instances=entry.instances, lengths=lengths)
+        if int(layout.row_groups.sum()) != entry.instances:
+            raise ValueError(f"{entry.url}: has {int(layout.row_groups.sum())} rows, the manifest says "
+                             f"{entry.instances} (was the shard changed?)")
+        return layout
+
+    with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
+        return list(pool.map(one, jobs))
+
+
 _VERIFIED: set[tuple[str, str]] = set()  # (shard URL, check) verified in this process
 
 
@@ -168,13 +196,14 @@ class ShardRowReader:
     reads a little of many shards in turn, as an interleaved epoch does, opens each once. Reading
     goes through the format's row access (:meth:`OutputFormat.rows`): Parquet reads only the row
     groups a range overlaps (and keeps the last one for the next range), TFRecord skips the
-    records before it by their headers and reads on from where the previous range ended. Each
-    shard is checked against its manifest when this process first opens it (``verify``, see
-    :func:`verify_shard`).
+    records before it by their headers and reads on from where the previous range ended. With
+    ``layouts`` (:func:`read_layouts`), a shard is opened with its footer, which is then not read
+    again. Each shard is checked against its manifest when this process first opens it
+    (``verify``, see :func:`verify_shard`).
     """
 
     def __init__(self, prepared: PreparedOutput | list[PreparedOutput], max_open: int = 1, *,
-                 verify: str = "sha256"):
+                 verify: str = "sha256", layouts: list[ShardLayout] | None = None):
         from mlm_pipeline.verify import CHECKS
 
         if verify not in CHECKS:
@@ -182,6 +211,7 @@ class ShardRowReader:
         self._verify = verify
         outputs = prepared if isinstance(prepared, (list, tuple)) else [prepared]
         self._shards = [(out.format, entry) for out in outputs for entry in out.shards]
+        self._layouts = layouts
         self._max_open = max(1, max_open)
         self._open: OrderedDict[int, ShardRows] = OrderedDict()
 
@@ -195,7 +225,7 @@ class ShardRowReader:
             while len(self._open) >= self._max_open:
                 self._open.popitem(last=False)[1].close()
             verify_shard(entry, self._verify)
-            rows = fmt.rows(entry.url)
+            rows = fmt.rows(entry.url, self._layouts[shard].footer if self._layouts else None)
         self._open[shard] = rows
         batch = rows.read(start, stop)
         if len(batch) != stop - start:

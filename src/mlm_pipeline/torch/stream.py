@@ -2,8 +2,8 @@
 
 An epoch's *stream* is a sequence of ``N`` positions, each naming one row of one shard. Ranks
 take contiguous slices of it and cut them into shuffle windows (:mod:`.epoch_plan`); this module
-says what the stream is, in three steps (pure functions of the shard counts, the mix, ``seed``
-and ``epoch``):
+says what the stream is, in three steps (pure functions of the shard counts, their row groups,
+the mix, ``seed``, ``epoch`` and the window length):
 
 1. **Mix.** Each source (a prepared output) contributes ``m_i`` rows to the epoch
    (:func:`mix_counts`: proportional to its weight, exact to one row; with one source, all its
@@ -16,15 +16,21 @@ and ``epoch``):
 2. **Groups.** The pieces are permuted by ``(seed, epoch)`` and dealt into ``ceil(P /
    interleave)`` groups of consecutive pieces, of nearly equal numbers of pieces; the groups follow
    each other in the stream.
-3. **Rounds.** Within a group of total ``T`` rows, the stream goes in ``C = ceil(T /
-   round_size)`` rounds; round ``c`` takes rows ``[c * n_k // C, (c + 1) * n_k // C)`` of every
-   piece ``k`` of the group, the pieces in group order. Every piece is thus spread evenly over the
-   group's stretch of the stream, and a stretch of ``round_size`` positions (a shuffle window)
-   holds rows of every piece of its group, in proportion to their sizes.
+3. **Chunks.** Each piece of ``n`` rows of a group of ``T`` rows is cut into *chunks*: at its
+   shard's row-group boundaries, and a row group of more than ``window * n // T`` rows into equal
+   parts of at most that many (``window / k`` for ``k`` pieces of equal size), so that a piece
+   has at least ``T / window`` chunks. The group's stretch of the stream lists its chunks, each
+   as consecutive rows, ordered by ``(j + phase) / m`` for the ``j``-th of the ``m`` chunks of a
+   piece, the ``i``-th piece of ``k`` having the phase ``(i + 1/2) / k``: the chunks of a piece
+   are evenly spaced over the stretch and the pieces staggered. So any stretch of ``window``
+   positions holds chunks of every piece of its group, in about the proportion of their sizes;
+   and where a row group is one chunk, a cut between two readers (ranks, DataLoader workers)
+   falls inside at most one chunk, so each row group is read by one reader, once per epoch. A
+   larger row group is cut into parts that may go to different readers, each of which then reads
+   it whole.
 
 Without ``shuffle`` the stream is the sources' shards in manifest order (no mixing order, no
-interleaving). :meth:`EpochStream.locate` maps positions to ``(shard, row)`` without building the
-whole stream: per group, only the rounds a window touches are computed.
+interleaving). :meth:`EpochStream.locate` maps positions to ``(shard, row)``.
 """
 
 from __future__ import annotations
@@ -84,55 +90,46 @@ class EpochStream:
     """One epoch's stream (see the module docstring); shard numbers are global (sources concatenated)."""
 
     shard_starts: np.ndarray  # [S + 1] global index where each global shard starts
-    piece_shard: np.ndarray  # [P] global shard of each piece, in stream order
-    piece_row: np.ndarray  # [P] first row of each piece in its shard
-    piece_count: np.ndarray  # [P] rows of each piece
-    group_bounds: np.ndarray  # [G + 1] piece index where each group starts
-    group_starts: np.ndarray  # [G + 1] stream position where each group starts
-    round_size: int
+    chunk_shard: np.ndarray  # [C] global shard of each chunk, in stream order
+    chunk_row: np.ndarray  # [C] first row of each chunk in its shard
+    chunk_starts: np.ndarray  # [C + 1] stream position where each chunk starts
     source_counts: np.ndarray  # rows of each source in this epoch
 
     @property
     def total(self) -> int:
-        return int(self.group_starts[-1])
+        return int(self.chunk_starts[-1])
 
     def locate(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global shard and row of each stream position in ``pos`` (int64, any order)."""
         pos = np.asarray(pos, dtype=np.int64)
-        shard = np.empty(len(pos), dtype=np.int64)
-        row = np.empty(len(pos), dtype=np.int64)
-        grp = np.searchsorted(self.group_starts, pos, side="right") - 1
-        for g in np.unique(grp).tolist():
-            sel = np.flatnonzero(grp == g)
-            a, b = int(self.group_bounds[g]), int(self.group_bounds[g + 1])
-            k, r = self._locate_in_group(pos[sel] - self.group_starts[g], self.piece_count[a:b])
-            shard[sel] = self.piece_shard[a + k]
-            row[sel] = self.piece_row[a + k] + r
-        return shard, row
-
-    def _locate_in_group(self, q: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Piece (within the group) and row (within the piece) of group offsets ``q``."""
-        total, pieces = int(n.sum()), len(n)
-        rounds = max(1, -(-total // self.round_size))
-        if rounds == 1 or pieces == 1:
-            starts = np.cumsum(n) - n
-            k = np.searchsorted(starts, q, side="right") - 1
-            # pieces of 0 rows never occur (they are not made), so the last start <= q is q's piece
-            return k, q - starts[k]
-        # Round c starts at R(c) = sum_k c * n_k // C, within (c * T / C - pieces, c * T / C]: the
-        # round of q lies in [q * C // T, (q + pieces) * C // T + 1].
-        lo_c = int(q.min()) * rounds // total
-        hi_c = min(rounds - 1, (int(q.max()) + pieces) * rounds // total + 1)
-        cs = np.arange(lo_c, hi_c + 1, dtype=np.int64)
-        first = cs[:, None] * n[None, :] // rounds  # [c, k] first row of piece k in round c
-        size = (cs[:, None] + 1) * n[None, :] // rounds - first
-        flat = (first.sum(1)[:, None] + np.cumsum(size, 1) - size).ravel()  # stream offset of each (c, k) chunk
-        j = np.searchsorted(flat, q, side="right") - 1  # chunks of 0 rows share an offset: the last is q's
-        c, k = np.divmod(j, pieces)
-        return k, first[c, k] + (q - flat[j])
+        k = np.searchsorted(self.chunk_starts, pos, side="right") - 1  # chunks are never empty
+        return self.chunk_shard[k], self.chunk_row[k] + (pos - self.chunk_starts[k])
 
     def global_index(self, shard: np.ndarray, row: np.ndarray) -> np.ndarray:
         return self.shard_starts[shard] + row
+
+
+def _chunks(pieces: np.ndarray, row_group_starts: list[np.ndarray], window: int):
+    """Shard, first row and rows of the chunks of one group's ``pieces`` (``(shard, row, count)``
+    rows), in stream order (step 3 of the module docstring)."""
+    shard_of, row_of, count_of, due = [], [], [], []
+    total = int(pieces[:, 2].sum())
+    for shard, row, count in pieces.tolist():
+        limit = max(1, window * count // total)
+        starts = row_group_starts[shard]
+        edges = np.concatenate([[row], starts[(starts > row) & (starts < row + count)], [row + count]])
+        parts = -(-np.diff(edges) // limit)  # equal parts of at most ``limit`` rows
+        first = np.repeat(edges[:-1], parts)
+        size = np.repeat(np.diff(edges), parts)
+        j = np.arange(len(first)) - np.repeat(np.cumsum(parts) - parts, parts)
+        n = np.repeat(parts, parts)
+        lo, hi = first + size * j // n, first + size * (j + 1) // n
+        shard_of.append(np.full(len(lo), shard))
+        row_of.append(lo)
+        count_of.append(hi - lo)
+        due.append((np.arange(len(lo)) + (len(due) + 0.5) / len(pieces)) / len(lo))
+    order = np.lexsort((np.repeat(np.arange(len(due)), [len(d) for d in due]), np.concatenate(due)))
+    return np.concatenate(shard_of)[order], np.concatenate(row_of)[order], np.concatenate(count_of)[order]
 
 
 def _cycle_pieces(counts: np.ndarray, order: np.ndarray, start: int, length: int):
@@ -154,13 +151,20 @@ def _cycle_pieces(counts: np.ndarray, order: np.ndarray, start: int, length: int
 
 
 def epoch_stream(source_shard_counts: Sequence[np.ndarray], *, seed: int, epoch: int, shuffle: bool,
-                 interleave: int, round_size: int, weights: Sequence[float] | None = None,
-                 samples_per_epoch: int | None = None) -> EpochStream:
-    """The stream of ``epoch`` over sources with these shard counts (each in manifest order)."""
+                 interleave: int, window: int, weights: Sequence[float] | None = None,
+                 samples_per_epoch: int | None = None,
+                 row_groups: Sequence[np.ndarray] | None = None) -> EpochStream:
+    """The stream of ``epoch`` over sources with these shard counts (each in manifest order).
+
+    ``row_groups``: the rows of each row group of each global shard (default: one per shard).
+    """
     counts = [np.asarray(c, dtype=np.int64) for c in source_shard_counts]
     base = np.cumsum([0] + [len(c) for c in counts])
     flat = np.concatenate(counts) if counts else np.zeros(0, np.int64)
     shard_starts = np.concatenate([[0], np.cumsum(flat)])
+    if row_groups is None:
+        row_groups = [np.array([n]) for n in flat.tolist()]
+    group_starts = [np.cumsum(np.asarray(g, dtype=np.int64)) - np.asarray(g, dtype=np.int64) for g in row_groups]
     take = mix_counts([int(c.sum()) for c in counts], weights, samples_per_epoch)
     pieces = []
     for i, c in enumerate(counts):
@@ -174,8 +178,10 @@ def epoch_stream(source_shard_counts: Sequence[np.ndarray], *, seed: int, epoch:
         arr = arr[_rng(seed, epoch, _PIECE_STREAM).permutation(len(arr))]
     per_group = max(1, interleave) if shuffle else 1
     groups = -(-len(arr) // per_group) if len(arr) else 0
-    bounds = np.array([len(arr) * g // groups for g in range(groups + 1)] if groups else [0], dtype=np.int64)
-    group_starts = np.concatenate([[0], np.cumsum(arr[:, 2])])[bounds]
-    return EpochStream(shard_starts=shard_starts, piece_shard=arr[:, 0].copy(), piece_row=arr[:, 1].copy(),
-                       piece_count=arr[:, 2].copy(), group_bounds=bounds, group_starts=group_starts,
-                       round_size=max(1, round_size), source_counts=take)
+    bounds = [len(arr) * g // groups for g in range(groups + 1)] if groups else [0]
+    shard = row = count = np.zeros(0, np.int64)
+    if groups:
+        chunks = [_chunks(arr[a:b], group_starts, window) for a, b in zip(bounds[:-1], bounds[1:])]
+        shard, row, count = (np.concatenate(part) for part in zip(*chunks))
+    return EpochStream(shard_starts=shard_starts, chunk_shard=shard.astype(np.int64), chunk_row=row.astype(np.int64),
+                       chunk_starts=np.concatenate([[0], np.cumsum(count)]).astype(np.int64), source_counts=take)
