@@ -460,13 +460,19 @@ def leases_of(out: str, pid: int) -> list[tuple[str, str]]:
 
 
 def freeze_holding_a_lease(vm: "VM", out: str) -> tuple[int, list] | None:
-    """Stop the VM's prepare process (SIGSTOP) at a moment it holds a lease: (pid, its leases);
-    None (and the process running on) if it holds none now."""
+    """Stop the VM's prepare process (SIGSTOP) at a moment it holds a lease on an unfinished task:
+    (pid, those leases); None (and the process running on) if it holds none now. A lease whose
+    task already has its marker does not count: the process was stopped between writing the
+    marker and releasing the lease, and no other worker will ever need to take that task over."""
+    from mlm_pipeline.run.layout import marker_url
+
     pid = vm.prepare_pid()
     if pid is None or not leases_of(out, pid):
         return None
     os.kill(pid, signal.SIGSTOP)  # frozen: no task finishes and no lease changes hands from here
-    held = leases_of(out, pid)
+    done = set(listing(marker_url(out, "x").rsplit("/", 1)[0]))
+    held = [(task, owner) for task, owner in leases_of(out, pid)
+            if marker_url(out, task).rsplit("/", 1)[1] not in done]
     if held:
         return pid, held
     os.kill(pid, signal.SIGCONT)
