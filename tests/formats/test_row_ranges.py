@@ -105,6 +105,24 @@ def test_small_steps_from_the_middle_read_about_the_rest_once(name, tmp_path):
     assert read < 0.56 * size, (read, size)  # the second half, and little more
 
 
+def _parquet_shard_on_s3(moto_s3, tmp_path, prefix: str):
+    """A Parquet shard of 64 row groups of 4,000 rows, written locally and put on the S3 server:
+    (its blocks, its bytes, its URL)."""
+    fmt = get_output_format("parquet")
+    blocks = [_batch(np.random.default_rng(seed), 4000) for seed in range(64)]
+    path = tmp_path / "shard.parquet"
+    with open(path, "wb") as f:
+        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
+        for block in blocks:
+            writer.write(block)
+        writer.close()
+    data = path.read_bytes()
+    url = moto_s3.new_prefix(prefix) + "/shard.parquet"
+    bucket, key = url[len("s3://"):].split("/", 1)
+    moto_s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    return blocks, data, url
+
+
 @pytest.mark.s3
 def test_an_object_store_reader_fetches_about_its_part(moto_s3, tmp_path):
     """On S3, a loader worker that reads the first part of a Parquet shard in small steps fetches
@@ -114,17 +132,7 @@ def test_an_object_store_reader_fetches_about_its_part(moto_s3, tmp_path):
     from mlm_pipeline import fs
 
     fmt = get_output_format("parquet")
-    blocks = [_batch(np.random.default_rng(seed), 4000) for seed in range(64)]  # 64 row groups
-    path = tmp_path / "shard.parquet"
-    with open(path, "wb") as f:
-        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
-        for block in blocks:
-            writer.write(block)
-        writer.close()
-    data = path.read_bytes()
-    url = moto_s3.new_prefix("rows") + "/shard.parquet"
-    bucket, key = url[len("s3://"):].split("/", 1)
-    moto_s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    blocks, data, url = _parquet_shard_on_s3(moto_s3, tmp_path, "rows")
     whole = InstanceBatch.concat(blocks)
     stop_fraction = 0.25
     stop = int(len(whole) * stop_fraction)
@@ -147,17 +155,7 @@ def test_an_object_store_layout_fetches_the_footer_and_lengths_only(moto_s3, tmp
     from mlm_pipeline import fs
 
     fmt = get_output_format("parquet")
-    blocks = [_batch(np.random.default_rng(seed), 4000) for seed in range(64)]  # 64 row groups
-    path = tmp_path / "shard.parquet"
-    with open(path, "wb") as f:
-        writer = fmt.open_writer(f, max_seq_length=32, max_predictions=5)
-        for block in blocks:
-            writer.write(block)
-        writer.close()
-    data = path.read_bytes()
-    url = moto_s3.new_prefix("layout") + "/shard.parquet"
-    bucket, key = url[len("s3://"):].split("/", 1)
-    moto_s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    blocks, data, url = _parquet_shard_on_s3(moto_s3, tmp_path, "layout")
     fetched = []
     original = fs.open_ranges
 
