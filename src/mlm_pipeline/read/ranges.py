@@ -350,6 +350,9 @@ def is_blank(line: bytes, too_long: bool = False) -> bool:
     line is blank only when nothing was kept."""
     if too_long:
         return not line
+    head = line[:2]  # most lines: visible ASCII first, or second after a space; no stripped copy
+    if head and (0x20 < head[0] < 0x80 or (head[0] == 0x20 and len(head) == 2 and 0x20 < head[1] < 0x80)):
+        return False
     b = line.strip()
     if not b:
         return True

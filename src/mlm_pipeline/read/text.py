@@ -91,51 +91,30 @@ def decode_document(
 
 
 def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
-    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines.
-
-    The document being read is kept in locals, not a :class:`DocumentBuffer`: this loop runs
-    once per line, and method calls per line were a fifth of reading."""
+    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines."""
     with OwnedLines(piece, options.max_line_bytes, is_blank, stats) as owned:
+        doc = DocumentBuffer()
         limit = options.max_document_bytes
-        lines: list[bytes] = []
-        first = size = 0  # the document's first byte offset, and its size
-        too_long_seen = False
         for start, line, too_long in owned:
-            # is_blank's answer for most lines, inline: a line whose first byte, or second after
-            # a space, is visible ASCII is not blank
-            head = line[:2]
-            if not (head and (0x20 < head[0] < 0x80 or (head[0] == 0x20 and len(head) == 2 and 0x20 < head[1] < 0x80))):
-                if is_blank(line, too_long):
-                    if lines:
-                        yield from _emit((lines, first, too_long_seen), piece, options, stats, owned.bom)
-                        lines, size, too_long_seen = [], 0, False
-                    if owned.ends_at(start):
-                        return
-                    continue
-            if not lines:
-                first = start
-            elif size + len(line) > limit:
-                yield from _emit((lines, first, too_long_seen), piece, options, stats, owned.bom)
-                lines, size, too_long_seen, first = [], 0, False, start
-            lines.append(line)
-            size += len(line) + 1
-            too_long_seen = too_long_seen or too_long
-        if lines:
-            yield from _emit((lines, first, too_long_seen), piece, options, stats, owned.bom)
+            if is_blank(line, too_long):
+                if doc.lines:
+                    yield from _emit(doc.take(), piece, options, stats, owned.bom)
+                if owned.ends_at(start):
+                    return
+                continue
+            if doc.lines and doc.size + len(line) > limit:
+                yield from _emit(doc.take(), piece, options, stats, owned.bom)
+            doc.add(start, line, too_long)
+        if doc.lines:
+            yield from _emit(doc.take(), piece, options, stats, owned.bom)
 
 
 def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
     lines, start, too_long = taken
-    data = b"\n".join(lines)
-    try:  # the common case first: valid UTF-8, no NUL (what decode_document checks in full)
-        if too_long or b"\x00" in data:
-            raise ValueError
-        text, replaced = data.decode("utf-8"), False
-    except ValueError:  # UnicodeDecodeError included
-        decoded = decode_document(lines, start, too_long, piece=piece, options=options, stats=stats, bom=bom)
-        if decoded is None:
-            return
-        text, replaced = decoded
+    decoded = decode_document(lines, start, too_long, piece=piece, options=options, stats=stats, bom=bom)
+    if decoded is None:
+        return
+    text, replaced = decoded
     sents = [s for s in map(str.strip, text.split("\n")) if s]
     if options.sentence_split and sents:
         sents = [s for para in split_sentences(sents) for s in para]
