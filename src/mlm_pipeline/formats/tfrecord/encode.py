@@ -128,16 +128,13 @@ class _Slots:
         self.pieces.append(("varints", (values, sizes, widest), values.shape[1] * widest))
 
     def varint(self, values: np.ndarray | int) -> None:
-        """One varint per record (a length prefix): constant bytes when every record has the same
-        (an int, or an array of equal values), which merge with the constant pieces around them."""
+        """One varint per record (a length prefix), or, given an int (the same length in every
+        record), constant bytes that merge with the constant pieces around them."""
         if isinstance(values, int):
             self.const(varint_bytes(values))
             return
         values = values.astype(np.uint64)
-        if self.n and values[0] == values.min() == values.max():
-            self.const(varint_bytes(int(values[0])))
-        else:
-            self.varints(values[:, None], _varint_sizes(values)[:, None])
+        self.varints(values[:, None], _varint_sizes(values)[:, None])
 
     def compact(self) -> np.ndarray:
         """All records' bytes, back to back (1-D uint8)."""
@@ -213,7 +210,7 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
         entry_len = feature_len + _size_of(feature_len) + len(key_part)
         features_len = features_len + 1 + _size_of(entry_len) + entry_len
         blocks.append((kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len))
-    example_len = np.broadcast_to(np.int64(1 + _size_of(features_len)) + features_len, (n,)).astype(np.int64)
+    example_len = np.broadcast_to(1 + _size_of(features_len) + features_len, (n,)).astype(np.int64)
 
     slots = _Slots(n)
     slots.raw(frame_headers(example_len))  # the length and its CRC
