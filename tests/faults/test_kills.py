@@ -110,13 +110,20 @@ def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
     assert not [p for p in pids if _alive(p)], "processes outlived their run"
 
 
-@pytest.mark.parametrize("point", list(POINTS))
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
-def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
+def _run_until(point: str, corpus, clean_run, tmp_path):
+    """A multi-worker run of the corpus, started and left running until ``point`` (how many of
+    its tasks are done): (the clean run to compare with, the output, the running process)."""
     clean = clean_run("parquet")
     out = tmp_path / "out"
     proc = _start(corpus, out)
     _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    return clean, out, proc
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
+    clean, out, proc = _run_until(point, corpus, clean_run, tmp_path)
     descendants = _children(proc.pid)
     assert _workers(proc.pid), "the run should have pool workers"
     os.kill(proc.pid, sig)
@@ -139,10 +146,7 @@ def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
 @pytest.mark.parametrize("point", list(POINTS))
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
 def test_worker_killed(sig, point, corpus, clean_run, tmp_path, tally):
-    clean = clean_run("parquet")
-    out = tmp_path / "out"
-    proc = _start(corpus, out)
-    _wait_markers(proc, out, POINTS[point](clean["tasks"]))
+    clean, out, proc = _run_until(point, corpus, clean_run, tmp_path)
     workers = _workers(proc.pid)
     assert workers
     os.kill(workers[0], sig)
