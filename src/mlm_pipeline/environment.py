@@ -5,7 +5,7 @@ Two variables matter, and both must be set before the library that reads them st
 * ``AWS_ENDPOINT_URL``: an S3-compatible endpoint (``--s3-endpoint-url``). botocore reads it when a
   client is made, so every process that touches storage sets it first: the driver, the ``finalize``
   command, and each Ray task (a Ray worker is another process, on another machine, started with the
-  cluster's environment, not the driver's). Pool workers are spawned from the driver and inherit it.
+  cluster's environment, not the driver's). Pool workers are started from the driver and inherit it.
   The driver's other S3 settings from its environment (endpoint, region, and credentials when the
   worker has none of its own) travel to Ray tasks as a :class:`StorageEnvironment`, an argument of
   the task, never a log line: its ``repr`` names the variables, not their values.

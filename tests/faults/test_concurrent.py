@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -20,8 +21,12 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(corpus, cle
     while not (out / "_run.json").exists():
         assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
         time.sleep(0.02)
-    second = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
-                            capture_output=True, text=True, timeout=120)
+    first.send_signal(signal.SIGSTOP)  # it holds the output while the second starts, however fast it runs
+    try:
+        second = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert second.returncode == 2
     assert f"is in use by another prepare run (pid {first.pid} on " in second.stderr
     assert "Traceback" not in second.stderr

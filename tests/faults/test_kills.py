@@ -8,6 +8,7 @@ died. Either way the shards are byte-identical to a clean run's.
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.helpers import assert_as_clean, prepare_args
+from faults.helpers import SOURCES, assert_as_clean, prepare_args, run_config
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,8 @@ _STARTED: list[subprocess.Popen] = []
 
 
 def _start(corpus, out) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(corpus, out, **LONG_TASKS)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _STARTED.append(proc)
     return proc
@@ -100,7 +102,8 @@ def _wait_markers(proc, out: Path, count: int, timeout: float = 120) -> None:
 
 
 def _workers(pid: int) -> list[int]:
-    return [c for c in _children(pid) if "spawn_main" in _cmdline(c) and "resource_tracker" not in _cmdline(c)]
+    """The run's pool workers: its child processes (forked or spawned), not multiprocessing's helper."""
+    return [c for c in _children(pid) if "resource_tracker" not in _cmdline(c)]
 
 
 def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
@@ -110,20 +113,48 @@ def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
     assert not [p for p in pids if _alive(p)], "processes outlived their run"
 
 
-def _run_until(point: str, corpus, clean_run, tmp_path):
+LONG_TASKS = {"split_bytes": "2MB"}
+
+
+@pytest.fixture(scope="module")
+def long_corpus(tmp_path_factory) -> Path:
+    """24 MB in tasks of 2 MB, and last one gzip file, which is read whole as one longer task.
+
+    Workers forked from the driver start at once, and the suite's 5 MB corpus is done in a third
+    of a second: too soon to be stopped at a chosen point. This run takes a second or two, and
+    when all tasks but one are done the last is the long one, with most of its work left.
+    """
+    d = tmp_path_factory.mktemp("long-corpus")
+    for i in (1, 2, 3):
+        for src in SOURCES[:2]:
+            (d / f"{src.stem}-{i}.txt").write_bytes(src.read_bytes() * 4)
+    with gzip.open(d / "zz-read-whole.txt.gz", "wb", compresslevel=1) as f:
+        f.write(SOURCES[0].read_bytes() * 6)
+    return d
+
+
+@pytest.fixture(scope="module")
+def long_clean(long_corpus, tmp_path_factory) -> dict:
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path_factory.mktemp("long-clean") / "out"
+    return run_prepare(run_config(long_corpus, out, workers=2, **LONG_TASKS), show_progress=False)
+
+
+def _run_until(point: str, corpus, clean, tmp_path):
     """A multi-worker run of the corpus, started and left running until ``point`` (how many of
-    its tasks are done): (the clean run to compare with, the output, the running process)."""
-    clean = clean_run("parquet")
+    its tasks are done): (the output, the running process)."""
     out = tmp_path / "out"
     proc = _start(corpus, out)
     _wait_markers(proc, out, POINTS[point](clean["tasks"]))
-    return clean, out, proc
+    return out, proc
 
 
 @pytest.mark.parametrize("point", list(POINTS))
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
-def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
-    clean, out, proc = _run_until(point, corpus, clean_run, tmp_path)
+def test_main_process_killed(sig, point, long_corpus, long_clean, tmp_path, tally):
+    clean = long_clean
+    out, proc = _run_until(point, long_corpus, clean, tmp_path)
     descendants = _children(proc.pid)
     assert _workers(proc.pid), "the run should have pool workers"
     os.kill(proc.pid, sig)
@@ -136,7 +167,8 @@ def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
         assert proc.returncode == -signal.SIGKILL
     assert not (out / "manifest.json").exists() or point == "all but one done"
 
-    rerun = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
+    rerun = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                            *prepare_args(long_corpus, out, **LONG_TASKS)],
                            capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert_as_clean(out, clean)
@@ -145,8 +177,9 @@ def test_main_process_killed(sig, point, corpus, clean_run, tmp_path, tally):
 
 @pytest.mark.parametrize("point", list(POINTS))
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
-def test_worker_killed(sig, point, corpus, clean_run, tmp_path, tally):
-    clean, out, proc = _run_until(point, corpus, clean_run, tmp_path)
+def test_worker_killed(sig, point, long_corpus, long_clean, tmp_path, tally):
+    clean = long_clean
+    out, proc = _run_until(point, long_corpus, clean, tmp_path)
     workers = _workers(proc.pid)
     assert workers
     os.kill(workers[0], sig)
@@ -170,15 +203,18 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_three_deaths(under_a_ta
     """Every worker is killed: each task is run 3 times (or the pool started 3 times when the
     workers die before running anything), then the run fails naming the worker and how it died,
     and no process is left."""
-    from faults.helpers import SOURCES
-
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for src in SOURCES[:2]:  # two tasks of 8 MB: seconds each, so a kill lands inside one
         (corpus / src.name).write_bytes(src.read_bytes() * 8)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
-                             *prepare_args(corpus, out, split_bytes="8MiB")],
+    # Workers forked from a single-threaded driver are running a task within milliseconds, too
+    # soon to be caught at start-up; a driver with a thread of its own spawns them (as a claim
+    # worker or a run on S3 does), and a spawned worker spends a quarter second starting.
+    driver = ([sys.executable, "-m", "mlm_pipeline.cli"] if under_a_task else
+              [sys.executable, "-c", "import threading, time; from mlm_pipeline.cli import main; "
+               "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start(); main()"])
+    proc = subprocess.Popen([*driver, "prepare", *prepare_args(corpus, out, split_bytes="8MiB")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     killed: set[int] = set()
     deadline = time.monotonic() + 240

@@ -13,8 +13,8 @@ Built-in formats are imported on first use (Parquet pulls in pyarrow, ~0.4 s per
 
 A new format is one module defining an :class:`OutputFormat`, plus one line in ``_BUILT_IN``; or,
 from the outside, one :func:`register_output_format` call. A registration lives in the process
-that makes it: worker processes started with ``spawn`` (the local executor, Ray) know the formats
-of ``_BUILT_IN`` and those that modules they import register.
+that makes it: spawned worker processes (Ray's, and the local pool's when the driver runs other
+threads) know the formats of ``_BUILT_IN`` and those that modules they import register.
 """
 
 from __future__ import annotations

@@ -64,10 +64,10 @@ def _registry() -> dict[str, Objective]:
 def register_objective(objective: Objective, *, replace: bool = False) -> Objective:
     """Make ``objective`` available as ``--objective NAME``; returns it.
 
-    Registering a taken name raises ``ValueError`` unless ``replace`` is set. Worker processes
-    of the local pool are spawned: an objective registered at run time (not by importing this
-    package) reaches them only if the module that registers it is imported there too, so such
-    objectives run with one worker or in the driver's process.
+    Registering a taken name raises ``ValueError`` unless ``replace`` is set. A spawned worker
+    process (Ray's, and the local pool's when the driver runs other threads) knows an objective
+    registered at run time (not by importing this package) only if the module that registers it
+    is imported there too; ship such an objective as a module, or run with one worker.
     """
     if not isinstance(objective, Objective):
         raise TypeError(f"register_objective takes an Objective, got {type(objective).__name__}")
