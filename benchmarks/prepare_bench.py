@@ -30,7 +30,7 @@ Variants (``--variants``, comma-separated):
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
-  tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (spawned pool); compared with tf-d1
+  tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (a pool of two); compared with tf-d1
   raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
              on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
   hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
@@ -41,9 +41,9 @@ least one 4 MB block and at most 64 MB), so the one-worker and two-worker runs d
 Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs
 (``--big-repeats`` rounds): peak RSS must not grow with the input (compared with one tf-d1 run at
 the first size as a single task of several blocks, since its small tasks hold one block), and the
-two-worker speed-up is only meaningful once the input dwarfs the pool's start-up (interpreter
-start, imports and tokenizer load in each spawned worker, about a second). ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess and
-reports the bytes that process read (the planner must not read the data).
+two-worker speed-up is measured on more work, where the planning done before the first task
+weighs less. ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess
+and reports the bytes that process read (the planner must not read the data).
 
 Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
 ``ru_maxrss``, which also counts what the parent held when it forked), and a sampler thread records
@@ -63,7 +63,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -121,52 +120,73 @@ def fmt_size(n: int) -> str:
 # Children: one measurement each, printed as one JSON line
 
 
+_SAMPLER = r"""
+import json, select, sys
+import psutil
+
+watched, interval, me = psutil.Process(int(sys.argv[1])), float(sys.argv[2]), psutil.Process().pid
+peaks = {}
+
+
+def peak_mb(proc):
+    try:
+        with open(f"/proc/{proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    try:
+        return proc.memory_info().rss / 2**20
+    except Exception:  # the process is gone
+        return None
+
+
+print("ready", flush=True)
+while True:
+    stop = select.select([sys.stdin], [], [], interval)[0]
+    try:
+        children = watched.children(recursive=True)
+    except Exception:
+        children = []
+    for child in children:
+        peak = None if child.pid == me else peak_mb(child)
+        if peak is not None:
+            peaks[child.pid] = max(peak, peaks.get(child.pid, 0.0))
+    if stop:
+        break
+print(json.dumps(peaks))
+"""
+
+
 class _PeakSampler:
-    """Peak RSS (VmHWM, else sampled RSS) of this process's descendants, by pid."""
+    """Peak RSS (VmHWM, else sampled RSS) of this process's descendants, by pid.
+
+    The sampling runs in a process of its own, not a thread: the local pool forks its workers
+    only from a process that runs no other thread, and a sampling thread would make the measured
+    run spawn them instead.
+    """
 
     def __init__(self, interval: float = 0.2):
         self.interval = interval
         self.peaks: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "_PeakSampler":
-        self._thread.start()
+        try:
+            import psutil  # noqa: F401 - the sampler needs it
+        except ImportError:
+            return self
+        self._proc = subprocess.Popen([sys.executable, "-c", _SAMPLER, str(os.getpid()), str(self.interval)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._proc.stdout.readline()  # started: its own start-up is not part of the measurement
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @staticmethod
-    def _peak_mb(proc) -> float | None:
-        try:
-            with open(f"/proc/{proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        try:
-            return proc.memory_info().rss / 2**20
-        except Exception:  # the process is gone
-            return None
-
-    def _run(self) -> None:
-        try:
-            import psutil
-        except ImportError:
+        if self._proc is None:
             return
-        me = psutil.Process()
-        while not self._stop.wait(self.interval):
-            try:
-                children = me.children(recursive=True)
-            except Exception:
-                continue
-            for child in children:
-                peak = self._peak_mb(child)
-                if peak is not None:
-                    self.peaks[child.pid] = max(peak, self.peaks.get(child.pid, 0.0))
+        out, _ = self._proc.communicate(timeout=60)  # closing its stdin stops it after one last sample
+        self.peaks = {int(pid): peak for pid, peak in json.loads(out or "{}").items()}
 
 
 def _self_peak_rss_mb() -> float:
@@ -820,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nstart-up of prepare (CLI, 4 KB input, median of {args.startup_repeats}): "
                   f"{st['to_first_task_seconds_workers_1']:.2f} s to the first task (--workers 1); whole command "
                   f"{st['whole_command_seconds_workers_1']:.2f} s (--workers 1), "
-                  f"{st['whole_command_seconds_workers_2']:.2f} s (--workers 2, pool spawned)")
+                  f"{st['whole_command_seconds_workers_2']:.2f} s (--workers 2)")
         if args.plan_size:
             sparse = work / "plan-input.txt"
             with open(sparse, "wb") as f:
