@@ -86,6 +86,7 @@ def test_a_pool_that_never_finishes_shutting_down_does_not_hang_the_run(monkeypa
     import logging
     import multiprocessing as mp
     import threading
+    import time
 
     from mlm_pipeline.executors import local
 
@@ -106,6 +107,11 @@ def test_a_pool_that_never_finishes_shutting_down_does_not_hang_the_run(monkeypa
     assert "did not shut down within" in caplog.text
     for proc in procs:
         proc.join(10)
+        # the pool's manager thread may reap the killed worker first; its exit code then shows
+        # in the shared process object a moment later
+        deadline = time.monotonic() + 10
+        while proc.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert proc.exitcode is not None
     assert manager not in cfp._threads_wakeups
     never.set()
