@@ -125,3 +125,27 @@ def test_report_says_what_a_run_did_not_count(tmp_path):
     text = cli("report", unmasked).stdout
     assert "masks: none in the shards (--masking none): the training loader masks at load time" in text
     assert "masked tokens 0" not in text and "masked positions per instance" not in text
+
+
+def test_the_progress_bar_is_drawn_without_a_thread_of_its_own():
+    """On a terminal the bar is redrawn from the updates: a refresh thread would make the
+    driver spawn its pool workers instead of forking them."""
+    import io
+    import threading
+
+    from mlm_pipeline.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    before = threading.active_count()
+    with Progress(total_bytes=2_000_000, total_tasks=2, enabled=True, stream=stream) as progress:
+        assert progress._bar is not None  # the live bar, not log lines
+        assert threading.active_count() == before
+        progress.update({"bytes": 1_000_000, "documents": 7, "tokens": 900})
+        assert "7 docs" in stream.getvalue()  # the first update is drawn at once
+        progress.task_done({})  # (redrawn at most every 0.1 s, and when the bar stops)
+    assert "tasks 1/2" in stream.getvalue()
+    assert threading.active_count() == before

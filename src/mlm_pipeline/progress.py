@@ -1,4 +1,10 @@
-"""Progress of long runs: a live bar on a terminal, plain periodic log lines otherwise."""
+"""Progress of long runs: a live bar on a terminal, plain periodic log lines otherwise.
+
+The bar is redrawn from the updates themselves, at most every :data:`REDRAW_SECONDS`, not by
+rich's refresh thread: a process with a thread of its own spawns its pool workers instead of
+forking them (:func:`mlm_pipeline.executors.local.start_method`), which costs each worker a
+quarter second to start. Updates arrive at least twice a second while tasks run.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+REDRAW_SECONDS = 0.1
+
 
 class Progress:
     """Counts input bytes, documents and tokens; shows them as a bar or as log lines."""
@@ -30,6 +38,7 @@ class Progress:
         self._last_line = self.start
         self._console = Console(file=stream)
         self._bar = None
+        self._drawn = 0.0
         self._task = None
 
     def __enter__(self) -> "Progress":
@@ -44,6 +53,7 @@ class Progress:
                 TimeRemainingColumn(),
                 console=self._console,
                 transient=False,
+                auto_refresh=False,
             )
             self._bar.start()
             self._task = self._bar.add_task("prepare", total=self.total_bytes, docs=0, tps=0.0, tasks=self._tasks_text())
@@ -81,6 +91,10 @@ class Progress:
                 tps=self.tokens / elapsed,
                 tasks=self._tasks_text(),
             )
+            now = time.monotonic()
+            if now - self._drawn >= REDRAW_SECONDS or self.tasks == self.total_tasks:
+                self._bar.refresh()
+                self._drawn = now
         elif time.time() - self._last_line >= self.interval:
             self._line()
 

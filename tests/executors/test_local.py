@@ -119,9 +119,11 @@ def test_a_pool_that_never_finishes_shutting_down_does_not_hang_the_run(monkeypa
 
 
 _POOL_RUN = """
-import json, sys, threading, time
-if sys.argv[1] == "with-a-thread":  # as a claim worker's heartbeat or fsspec's S3 event loop
+import json, os, sys, threading, time
+if sys.argv[1] == "with-a-thread":  # as an application's thread or fsspec's S3 event loop
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+threads_at_fork = []
+os.register_at_fork(before=lambda: threads_at_fork.append(threading.active_count()))
 sys.path.insert(0, sys.argv[3])
 from helpers_run import INPUTS, make_config
 from mlm_pipeline.executors import local
@@ -133,14 +135,15 @@ def recording(self):
     start_pool(self)
     methods.append(self.start_method)
 local.TaskPool._start_pool = recording
-run_prepare(make_config(INPUTS, sys.argv[2], workers=2))
-print(json.dumps(methods))
+run_prepare(make_config(INPUTS, sys.argv[2], workers=2, claim=sys.argv[1] == "claim"))
+print(json.dumps({"methods": methods, "threads_at_fork": sorted(set(threads_at_fork))}))
 """
 
 
 def test_pool_workers_are_forked_only_from_a_single_threaded_process_and_write_the_same_shards(tmp_path):
     """Forking copies locks held by other threads, so a driver with a thread of its own spawns its
-    workers; a single-threaded one forks them (fast start). Both write the same shards as one
+    workers; a single-threaded one forks them (fast start), before any thread of its own starts
+    (a claim worker's lease heartbeat starts after its pool). All write the same shards as one
     worker does."""
     import json
     import subprocess
@@ -150,13 +153,16 @@ def test_pool_workers_are_forked_only_from_a_single_threaded_process_and_write_t
     from mlm_pipeline.pipeline import run_prepare
 
     manifests = {}
-    for mode, expected in [("single-threaded", "fork"), ("with-a-thread", "spawn")]:
+    for mode, expected in [("single-threaded", "fork"), ("claim", "fork"), ("with-a-thread", "spawn")]:
         out = tmp_path / mode
         done = subprocess.run([sys.executable, "-c", _POOL_RUN, mode, str(out), str(REPO / "tests")],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout.splitlines()[-1]) == [expected]
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen["methods"] == [expected]
+        if expected == "fork":  # each fork came from a process with only its main thread
+            assert seen["threads_at_fork"] == [1]
         manifests[mode] = json.loads((out / "manifest.json").read_text())
     one = run_prepare(make_config(INPUTS, tmp_path / "one-worker"))
     assert one["tasks"] > 2
-    assert comparable(manifests["single-threaded"]) == comparable(manifests["with-a-thread"]) == comparable(one)
+    assert {comparable(m) == comparable(one) for m in manifests.values()} == {True}

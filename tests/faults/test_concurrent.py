@@ -17,11 +17,13 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(corpus, cle
     out = tmp_path / "out"
     first = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = out / "_prepare.lock"
     deadline = time.monotonic() + 60
-    while not (out / "_run.json").exists():
+    while not (lock.exists() and lock.stat().st_size):  # taken (and its holder written) before planning
         assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
-        time.sleep(0.02)
+        time.sleep(0.002)
     first.send_signal(signal.SIGSTOP)  # it holds the output while the second starts, however fast it runs
+    assert first.poll() is None and lock.exists(), "the first run ended before it could be held"
     try:
         second = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)],
                                 capture_output=True, text=True, timeout=120)

@@ -155,6 +155,14 @@ class TaskPool:
         self._queue = self._ctx.Queue()
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx, initializer=_init_worker,
                                          initargs=(self._queue, self.config.s3_endpoint_url, os.getpid()))
+        if self._ctx.get_start_method() == "fork":
+            # A forked worker inherits unwritten output buffers, which it flushes again when it exits.
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            # The pool forks its workers on its first submit. That must be now, while this process has
+            # no other thread: a caller may start one before submitting (the claim executor's lease heartbeat).
+            self._pool.submit(os.getpid)
 
     @property
     def in_process(self) -> bool:
