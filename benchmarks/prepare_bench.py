@@ -46,8 +46,8 @@ weighs less. ``--plan-size`` times ``plan_tasks`` on a sparse file of that size 
 and reports the bytes that process read (the planner must not read the data).
 
 Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
-``ru_maxrss``, which also counts what the parent held when it forked), and a sampler thread records
-the ``VmHWM`` of every descendant (pool workers), so each worker's peak is listed.
+``ru_maxrss``, which also counts what the parent held when it forked), and a sampling process
+records the ``VmHWM`` of every descendant (pool workers), so each worker's peak is listed.
 """
 
 from __future__ import annotations
@@ -120,51 +120,56 @@ def fmt_size(n: int) -> str:
 # Children: one measurement each, printed as one JSON line
 
 
-_SAMPLER = r"""
-import json, select, sys
-import psutil
-
-watched, interval, me = psutil.Process(int(sys.argv[1])), float(sys.argv[2]), psutil.Process().pid
-peaks = {}
-
-
-def peak_mb(proc):
+def _vmhwm_mb(pid: int | str = "self") -> float | None:
+    """A process's peak RSS since its exec (``VmHWM``), or None where /proc does not say."""
     try:
-        with open(f"/proc/{proc.pid}/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    try:
-        return proc.memory_info().rss / 2**20
-    except Exception:  # the process is gone
-        return None
+    return None
 
 
-print("ready", flush=True)
-while True:
-    stop = select.select([sys.stdin], [], [], interval)[0]
-    try:
-        children = watched.children(recursive=True)
-    except Exception:
-        children = []
-    for child in children:
-        peak = None if child.pid == me else peak_mb(child)
-        if peak is not None:
+def sample_peaks(watched_pid: int, interval: float) -> None:
+    """The sampling process of :class:`_PeakSampler`: every ``interval`` seconds, the peak RSS of
+    each descendant of ``watched_pid`` (itself excepted); prints them as JSON once its stdin is
+    closed, after one last sample."""
+    import select
+
+    import psutil
+
+    watched, me = psutil.Process(watched_pid), os.getpid()
+    peaks: dict[int, float] = {}
+    print("ready", flush=True)
+    while True:
+        stop = select.select([sys.stdin], [], [], interval)[0]
+        try:
+            children = watched.children(recursive=True)
+        except Exception:  # the watched process is gone
+            children = []
+        for child in children:
+            if child.pid == me:
+                continue
+            peak = _vmhwm_mb(child.pid)
+            if peak is None:
+                try:
+                    peak = child.memory_info().rss / 2**20
+                except Exception:  # the process is gone
+                    continue
             peaks[child.pid] = max(peak, peaks.get(child.pid, 0.0))
-    if stop:
-        break
-print(json.dumps(peaks))
-"""
+        if stop:
+            break
+    print(json.dumps(peaks), flush=True)
 
 
 class _PeakSampler:
     """Peak RSS (VmHWM, else sampled RSS) of this process's descendants, by pid.
 
-    The sampling runs in a process of its own, not a thread: the local pool forks its workers
-    only from a process that runs no other thread, and a sampling thread would make the measured
-    run spawn them instead.
+    The sampling runs in a process of its own (:func:`sample_peaks`), not a thread: the local
+    pool forks its workers only from a process that runs no other thread, and a sampling thread
+    would make the measured run spawn them instead.
     """
 
     def __init__(self, interval: float = 0.2):
@@ -177,7 +182,8 @@ class _PeakSampler:
             import psutil  # noqa: F401 - the sampler needs it
         except ImportError:
             return self
-        self._proc = subprocess.Popen([sys.executable, "-c", _SAMPLER, str(os.getpid()), str(self.interval)],
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--sample-peaks",
+                                       str(os.getpid()), str(self.interval)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._proc.stdout.readline()  # started: its own start-up is not part of the measurement
         return self
@@ -192,13 +198,9 @@ class _PeakSampler:
 def _self_peak_rss_mb() -> float:
     """Peak RSS of this process since its exec: ``VmHWM`` (``ru_maxrss`` also counts the RSS the
     parent had when it forked us, so it is only the fallback)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    peak = _vmhwm_mb()
+    if peak is not None:
+        return peak
     import resource
 
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -724,9 +726,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the unreported warm-up round on a small input (it fills the bytecode cache "
                         "the measurements use, see below, so no measurement pays for compiling imports)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--sample-peaks", nargs=2, metavar=("PID", "INTERVAL"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child_main(args.child)
+        return 0
+    if args.sample_peaks:
+        sample_peaks(int(args.sample_peaks[0]), float(args.sample_peaks[1]))
         return 0
 
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
