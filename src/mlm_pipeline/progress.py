@@ -92,7 +92,7 @@ class Progress:
                 tasks=self._tasks_text(),
             )
             now = time.monotonic()
-            if now - self._drawn >= REDRAW_SECONDS or self.tasks == self.total_tasks:
+            if now - self._drawn >= REDRAW_SECONDS:  # (stopping the bar draws its last state)
                 self._bar.refresh()
                 self._drawn = now
         elif time.time() - self._last_line >= self.interval:

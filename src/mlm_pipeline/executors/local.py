@@ -5,8 +5,9 @@ Workers are forked from this process where that is safe, and spawned otherwise
 where a spawned one pays a fresh interpreter and its imports first (0.25-0.3 s, measured on a
 2-vCPU VM), which on a run of a few seconds is most of what two workers lose against one. Each
 worker runs one tokenizer thread (:func:`~mlm_pipeline.environment.configure_process`), so N
-workers use N cores without oversubscription. Workers stream small progress increments to the parent through a queue. With
-one worker, tasks run in this process, one at a time (simplest to debug and profile).
+workers use N cores without oversubscription. Workers stream small progress increments to the
+parent through a queue. With one worker, tasks run in this process, one at a time (simplest to
+debug and profile).
 
 :class:`TaskPool` is the pool itself; the claim executor runs its tasks on one too.
 """
@@ -17,9 +18,9 @@ import gc
 import logging
 import multiprocessing as mp
 import os
-import sys
 import queue as queue_mod
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
