@@ -209,8 +209,8 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_three_deaths(under_a_ta
         (corpus / src.name).write_bytes(src.read_bytes() * 8)
     out = tmp_path / "out"
     # Workers forked from a single-threaded driver are running a task within milliseconds, too
-    # soon to be caught at start-up; a driver with a thread of its own spawns them (as a claim
-    # worker or a run on S3 does), and a spawned worker spends a quarter second starting.
+    # soon to be caught at start-up; a driver with a thread of its own spawns them (as a run on
+    # S3 does, with fsspec's event-loop thread), and a spawned worker spends a quarter second starting.
     driver = ([sys.executable, "-m", "mlm_pipeline.cli"] if under_a_task else
               [sys.executable, "-c", "import threading, time; from mlm_pipeline.cli import main; "
                "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start(); main()"])
