@@ -258,6 +258,29 @@ def test_chunks_give_the_same_bytes(monkeypatch):
     assert encode_tfrecord(batch, max_seq_length=64, max_predictions=10) == whole == plain_encode(batch, 64, 10)
 
 
+def _varint_size(value: int) -> int:
+    return len(plain_varint(value))
+
+
+@pytest.mark.parametrize("widest", range(1, 11))
+def test_varints_of_every_size(widest):
+    # Values of sizes 1..widest mixed in every row (one byte stream for all records: words of 4 or
+    # 8 bytes up to 8-byte varints, byte planes for 9 and 10), and columns where every value has
+    # the same size (written in place): both against the plain encoder.
+    edges = [0, 1, 127, 128, 300, *(2 ** (7 * s) - 1 for s in range(2, 10)), *(2 ** (7 * s) for s in range(2, 9)),
+             2**63 - 1, -1, -(2**63)]
+    values = [v for v in edges if _varint_size(v) <= widest]
+    rng = np.random.default_rng(widest)
+    mixed = rng.choice(np.array(values, np.int64), (9, 11))
+    mixed[4, 5] = max(values, key=lambda v: (_varint_size(v), v))
+    same = np.full((9, 3), mixed[4, 5], np.int64)
+    features = {"mixed": mixed, "same": same}
+    expected = plain_tfrecord([plain_example({"mixed": m, "same": s}) for m, s in zip(mixed.tolist(), same.tolist())])
+    assert encode_examples(features) == expected
+    back = read_tfrecord_features(io.BytesIO(expected))
+    np.testing.assert_array_equal(back["mixed"], mixed)
+
+
 def test_benchmark_smoke():
     # The figures come from ``python tests/formats/test_tfrecord.py``; here: same bytes, runs.
     result = benchmark(300)

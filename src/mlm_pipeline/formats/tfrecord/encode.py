@@ -5,11 +5,14 @@
 ``create_pretraining_data.py`` (read by ``run_pretraining.py``); :func:`encode_examples` does the
 same for any 2-D integer/float arrays. Nothing loops per value or per token. Every record is the
 same sequence of pieces: field tags and key strings (constant), varint length prefixes and packed
-varint values (whose sizes vary per record), raw float bytes and the framing. Each piece gets a
-fixed-width slot (as wide as its longest encoding) in a (records x width) byte matrix, filled
-column-wise for all records at once, varints one 7-bit group per round (usually 2 or 3 rounds);
-slot bytes past a varint's actual size are masked out, and compacting the matrix by the mask
-yields the records back to back. The framing (length headers, CRCs) comes from :mod:`.wire`.
+varint values, raw float bytes and the framing. A piece whose width is the same in every record
+is a column block of one (records x width) byte matrix, filled column-wise for all records at
+once. A packed block of varints whose sizes vary (token ids) becomes one byte stream for all
+records: each value's varint is computed in a 4- or 8-byte word, and one ``np.compress`` keeps its
+bytes. Arrow's element-wise binary join (``binary_join_element_wise``, a C++ kernel) then lays
+the pieces out record after record, which is a copy at memory speed. Compacting a byte-validity
+mask over every slot of every record took most of the encoding time before. The framing (length
+headers, CRCs) comes from :mod:`.wire`.
 
 Map entries are written sorted by key, all values as packed repeated fields, an empty value list
 omitted: protobuf's deterministic serialization, so the bytes depend only on the values.
@@ -20,15 +23,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import numpy as np
+import pyarrow as pa
+import pyarrow._compute as arrow_compute  # the kernels alone: ``pyarrow.compute`` adds ~30 ms of Python wrappers
 
 from mlm_pipeline.formats.tfrecord.wire import (
-    FOOTER_BYTES,
     HEADER_BYTES,
     LIST_TAG,
     SEQUENCE_FEATURES,
     TAG_FIELD1_LEN,
+    data_crcs,
     entry_key,
-    fill_data_crcs,
     frame_headers,
     varint_bytes,
 )
@@ -36,6 +40,8 @@ from mlm_pipeline.instances.batch import InstanceBatch
 
 __all__ = ["encode_examples", "encode_tfrecord", "iter_encoded_examples", "iter_encoded_sequences",
            "iter_encoded_tfrecord"]
+
+_NOTHING = pa.scalar(b"", pa.binary())  # the separator of the binary join
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -50,22 +56,50 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _write_varints(out: np.ndarray, valid: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
-    """Write ``values`` (n, L) as varints into fixed-width slots ``out``/``valid`` (n, L, K).
+def _varint_planes(values: np.ndarray, width: int) -> np.ndarray:
+    """Every value's varint in ``width`` bytes: shape ``values.shape + (width,)``, uint8.
 
-    Group ``j`` of every value goes to byte ``j`` of its slot, with the continuation bit where the
-    value has more groups; slot bytes past a value's size are marked invalid (``valid`` False)
-    and vanish when the record rows are compacted. K rounds, each over all values at once.
+    Group ``j`` of a value is byte ``j``, with the continuation bit while the value has more
+    groups; a value shorter than ``width`` is followed by zero bytes (what a compaction drops).
     """
-    width = out.shape[2]
+    out = np.empty(values.shape + (width,), np.uint8)
     for j in range(width):
         group = values >> values.dtype.type(7 * j) if j else values
         byte = (group & values.dtype.type(0x7F)).astype(np.uint8)
         if j + 1 < width:
-            byte |= (sizes > j + 1).view(np.uint8) << np.uint8(7)
-        out[:, :, j] = byte
-        if j:
-            valid[:, :, j] = sizes > j
+            byte |= (group > values.dtype.type(0x7F)).view(np.uint8) << np.uint8(7)
+        out[..., j] = byte
+    return out
+
+
+def _varint_words(values: np.ndarray, widest: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's varint in a little-endian word (4 bytes up to 4-byte varints, else 8), and a
+    word whose byte ``j`` is 1 where the varint has a byte ``j``."""
+    word = np.dtype("<u4") if widest <= 4 else np.dtype("<u8")
+    one = word.type(1)
+    v = values.astype(word)
+    valid = np.ones(v.shape, word)
+    groups = v & word.type(0x7F)  # group j of the value in byte j
+    for j in range(1, widest):
+        valid |= (v >= (one << word.type(7 * j))).astype(word) << word.type(8 * j)
+        groups |= (v << word.type(j)) & word.type(0x7F << (8 * j))
+    groups |= (valid >> word.type(8)) << word.type(7)  # continuation bits: where a next byte is valid
+    return groups, valid
+
+
+def _varint_stream(values: np.ndarray, widest: int) -> np.ndarray:
+    """The varints of ``values`` (unsigned, any shape), back to back in C order (1-D uint8).
+
+    Up to 8 bytes (values below 2**56) each value's varint is built in a word (:func:`_varint_words`)
+    and one ``np.compress`` keeps the valid bytes: a few whole-array operations on words instead
+    of one strided pass per byte of the varint.
+    """
+    if widest > 8:  # 9- and 10-byte varints (negative int64): byte planes
+        sizes = _varint_sizes(values)
+        valid = np.arange(widest, dtype=np.uint8) < sizes[..., None]
+        return np.compress(valid.ravel(), _varint_planes(values, widest).ravel())
+    groups, valid = _varint_words(values, widest)
+    return np.compress(valid.view(bool).ravel(), groups.view(np.uint8).ravel())
 
 
 def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
@@ -94,65 +128,89 @@ def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
 # Encoding
 
 
-class _Slots:
-    """The pieces of one record, in order, each given a fixed-width slot in every record's row.
+def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """An Arrow binary array over numpy memory (no copy): element ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
-    A piece is constant bytes (the same in every record: tags, key strings), raw per-record bytes
-    of a fixed width (floats, one-byte values, the framing), or varints (a per-record length
-    prefix, or a packed block of values) whose slot is as wide as the longest encoding; the bytes
-    of a slot past a varint's actual size are marked invalid. Filling is column-wise over all
-    records; compacting the rows by the validity mask then gives the records back to back.
+
+def _rows_array(rows: np.ndarray) -> pa.Array:
+    """Each row of a C-contiguous (n, w) uint8 matrix as one element of an Arrow binary array."""
+    n, width = rows.shape
+    return _binary_array(rows, np.arange(0, (n + 1) * width, width, dtype=np.int32))
+
+
+def join_rows(arrays: list[pa.Array]) -> pa.Array:
+    """Element-wise concatenation of binary arrays of equal length (Arrow's C++ kernel)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return arrow_compute.call_function("binary_join_element_wise", [*arrays, _NOTHING])
+
+
+def _flat_bytes(array: pa.Array) -> np.ndarray:
+    """The bytes of all elements of a binary array, back to back (a read-only view, no copy)."""
+    offsets = np.frombuffer(array.buffers()[1], np.int32, count=len(array) + 1, offset=4 * array.offset)
+    return np.frombuffer(array.buffers()[2], np.uint8, count=int(offsets[-1]))[int(offsets[0]) :]
+
+
+class _Pieces:
+    """The pieces of one record, in order, for all records of a chunk at once.
+
+    A piece is constant bytes (tags, key strings), raw per-record bytes of a fixed width (floats,
+    one-byte values, the framing), or varints (a per-record length prefix, or a packed block of
+    values). Consecutive pieces of the same width in every record (varints included, where every
+    value has the same size) fill the column blocks of one byte matrix; a block of varints whose
+    sizes vary is a byte stream of its own with each record's length. :meth:`join` lays out each
+    record's pieces back to back.
     """
 
     def __init__(self, n: int):
         self.n = n
-        self.pieces: list[tuple[str, object, int]] = []  # (kind, data, width)
-
-    @property
-    def width(self) -> int:
-        return sum(w for _, _, w in self.pieces)
+        self._columns: list[tuple[bytes | np.ndarray, int]] = []  # fixed-width pieces not yet in a matrix
+        self._arrays: list[pa.Array] = []
 
     def const(self, data: bytes) -> None:
-        if self.pieces and self.pieces[-1][0] == "const":
-            _, previous, _ = self.pieces.pop()
-            data = previous + data
-        self.pieces.append(("const", data, len(data)))
+        self._columns.append((data, len(data)))
 
     def raw(self, rows: np.ndarray) -> None:
-        """Fixed-width bytes (n, k), read when the rows are compacted."""
-        self.pieces.append(("raw", rows, rows.shape[1]))
+        """Fixed-width bytes (n, k)."""
+        self._columns.append((rows, rows.shape[1]))
 
-    def varints(self, values: np.ndarray, sizes: np.ndarray) -> None:
-        """Values (n, L) (unsigned) with their varint sizes (n, L)."""
+    def varints(self, values: np.ndarray, sizes: np.ndarray, lengths: np.ndarray) -> None:
+        """Values (n, L) (unsigned) with their varint sizes (n, L) and each record's total of them."""
         widest = int(sizes.max()) if sizes.size else 1
-        self.pieces.append(("varints", (values, sizes, widest), values.shape[1] * widest))
+        if not sizes.size or int(sizes.min()) == widest:  # the same width in every record
+            self.raw(_varint_planes(values, widest).reshape(self.n, -1))
+            return
+        self._flush()
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        self._arrays.append(_binary_array(_varint_stream(values, widest), offsets))
 
     def varint(self, values: np.ndarray | int) -> None:
         """One varint per record (a length prefix), or, given an int (the same length in every
-        record), constant bytes that merge with the constant pieces around them."""
+        record), constant bytes."""
         if isinstance(values, int):
             self.const(varint_bytes(values))
             return
-        values = values.astype(np.uint64)
-        self.varints(values[:, None], _varint_sizes(values)[:, None])
+        values = values.astype(np.uint64)[:, None]
+        sizes = _varint_sizes(values)
+        self.varints(values, sizes, sizes[:, 0])
 
-    def compact(self) -> np.ndarray:
-        """All records' bytes, back to back (1-D uint8)."""
-        rows = np.empty((self.n, self.width), np.uint8)
-        valid = np.ones(rows.shape, bool)
+    def _flush(self) -> None:
+        if not self._columns:
+            return
+        rows = np.empty((self.n, sum(width for _, width in self._columns)), np.uint8)
         column = 0
-        for kind, data, width in self.pieces:
-            end = column + width
-            if kind == "const":
-                rows[:, column:end] = np.frombuffer(data, np.uint8)
-            elif kind == "raw":
-                rows[:, column:end] = data
-            else:
-                values, sizes, widest = data
-                shape = (self.n, values.shape[1], widest)
-                _write_varints(rows[:, column:end].reshape(shape), valid[:, column:end].reshape(shape), values, sizes)
-            column = end
-        return np.compress(valid.ravel(), rows.ravel())  # = rows[valid], ~20% faster
+        for data, width in self._columns:
+            rows[:, column : column + width] = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data
+            column += width
+        self._columns = []
+        self._arrays.append(_rows_array(rows))
+
+    def join(self) -> pa.Array:
+        """Each record's bytes as one element of a binary array."""
+        self._flush()
+        return join_rows(self._arrays)
 
 
 def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple[str, str, np.ndarray]]]:
@@ -212,43 +270,38 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
         blocks.append((kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len))
     example_len = np.broadcast_to(1 + _size_of(features_len) + features_len, (n,)).astype(np.int64)
 
-    slots = _Slots(n)
-    slots.raw(frame_headers(example_len))  # the length and its CRC
-    slots.const(bytes([TAG_FIELD1_LEN]))  # Example.features
-    slots.varint(features_len)
+    pieces = _Pieces(n)
+    pieces.const(bytes([TAG_FIELD1_LEN]))  # Example.features
+    pieces.varint(features_len)
     for kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len in blocks:
-        slots.const(bytes([TAG_FIELD1_LEN]))  # Features.feature: a map entry
-        slots.varint(entry_len)
-        slots.const(key_part)  # the entry key, then the tag of the entry value
-        slots.varint(feature_len)
-        slots.const(bytes([LIST_TAG[kind]]))
-        slots.varint(list_len)
+        pieces.const(bytes([TAG_FIELD1_LEN]))  # Features.feature: a map entry
+        pieces.varint(entry_len)
+        pieces.const(key_part)  # the entry key, then the tag of the entry value
+        pieces.varint(feature_len)
+        pieces.const(bytes([LIST_TAG[kind]]))
+        pieces.varint(list_len)
         if width:
-            slots.const(bytes([TAG_FIELD1_LEN]))  # the packed values
-            slots.varint(payload)
+            pieces.const(bytes([TAG_FIELD1_LEN]))  # the packed values
+            pieces.varint(payload)
             if sizes is None:
-                slots.raw(values)
+                pieces.raw(values)
             else:
-                slots.varints(values, sizes)
-    slots.raw(np.zeros((n, 4), np.uint8))  # data CRC, filled after compaction
-
-    out = slots.compact()
-    record_end = np.cumsum(example_len + (HEADER_BYTES + FOOTER_BYTES))
-    data_end = record_end - FOOTER_BYTES
-    fill_data_crcs(out, data_end - example_len, data_end)
-    return out
+                pieces.varints(values, sizes, payload)
+    data = pieces.join()
+    records = join_rows([_rows_array(frame_headers(example_len)), data, _rows_array(data_crcs(data.to_pylist()))])
+    return _flat_bytes(records)
 
 
-_CHUNK_BYTES = 1 << 23  # records are encoded in chunks of about this many (estimated) slot bytes:
-# the estimate is ~5x the real slot width for BERT records, so a chunk is ~1,700 records (~1.7 MB
-# of slots); smaller chunks cost 5% more in per-chunk numpy calls, larger ones gain nothing
+_CHUNK_BYTES = 1 << 23  # records are encoded in chunks of about this many (estimated) bytes: the
+# estimate is ~5x a BERT record's real size, so a chunk is ~1,700 records (~1.4 MB of output);
+# chunks of half the size cost 8% more in per-chunk numpy calls, larger ones gain nothing
 
 
 def iter_encoded_examples(features: Mapping[str, np.ndarray]) -> Iterator[np.ndarray]:
     """The bytes of :func:`encode_examples` as consecutive uint8 arrays, one per chunk of records
     (a writer passes them on as they are: no copy into one ``bytes``)."""
     n, checked = _check_features(features)
-    # Bound the temporary slot matrix: a record takes at most ~10 bytes per int value.
+    # Bound the temporaries: a record takes at most ~10 bytes per int value.
     per_record = 64 + sum(len(k) + 40 + (4 if kind == "float" else 10) * a.shape[1] for k, kind, a in checked)
     step = max(1, _CHUNK_BYTES // per_record)
     for start in range(0, n, step):

@@ -3,7 +3,7 @@
 Framing (per record): ``uint64 length`` (little-endian), ``uint32 masked_crc32c(length bytes)``,
 ``data``, ``uint32 masked_crc32c(data)``, where ``masked(c) = ((c >> 15) | (c << 17)) +
 0xa282ead8 (mod 2**32)``. The encoder (:mod:`.encode`) frames all records of a chunk at once with
-:func:`frame_headers` and :func:`fill_data_crcs`; the readers check the framing with
+:func:`frame_headers` and :func:`data_crcs`; the readers check the framing with
 :func:`iter_tfrecord_records` (a stream) or :func:`record_spans` (a whole file in memory), and the
 loader skips records by their headers with :func:`skip_records`.
 
@@ -28,8 +28,8 @@ __all__ = [
     "SEQUENCE_FEATURES",
     "HEADER_BYTES",
     "crc32c_rows",
+    "data_crcs",
     "entry_key",
-    "fill_data_crcs",
     "frame_headers",
     "iter_tfrecord_records",
     "mask_crcs",
@@ -142,15 +142,13 @@ def frame_headers(lengths: np.ndarray) -> np.ndarray:
     return header
 
 
-def fill_data_crcs(out: np.ndarray, data_start: np.ndarray, data_end: np.ndarray) -> None:
-    """Write each record's data CRC into the 4 bytes at ``data_end`` of the framed records ``out``.
+def data_crcs(records: list[bytes]) -> np.ndarray:
+    """The 4-byte footers (masked CRC32C of the data) of these records: (n, 4) uint8.
 
     The only per-record Python step of encoding: one ``google_crc32c.value`` call per record.
     """
-    raw = out.tobytes()  # the CRC function takes bytes (no memoryview)
-    pieces = map(raw.__getitem__, map(slice, data_start.tolist(), data_end.tolist()))
-    crcs = np.fromiter(map(google_crc32c.value, pieces), dtype=np.uint32, count=len(data_start))
-    out[data_end[:, None] + np.arange(4)] = mask_crcs(crcs).astype("<u4").view(np.uint8).reshape(-1, 4)
+    crcs = np.fromiter(map(google_crc32c.value, records), dtype=np.uint32, count=len(records))
+    return mask_crcs(crcs).astype("<u4").view(np.uint8).reshape(-1, 4)
 
 
 # --------------------------------------------------------------------------------------------
