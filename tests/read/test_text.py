@@ -1,8 +1,11 @@
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from mlm_pipeline.read import ReadOptions
+from mlm_pipeline.read import ReadOptions, ranges
+from mlm_pipeline.read import text as text_reader
 
-from .helpers import read_whole, text_oracle
+from .helpers import read_cuts, read_whole, text_oracle
 
 
 def test_sample_text_documents(sample_dir):
@@ -111,3 +114,59 @@ def test_sentence_split_for_paragraph_per_line_text(tmp_path, caplog):
     paragraphs = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert lines["totals"]["sentences"] == len(paragraphs)
     assert split["totals"]["sentences"] == sum(len(s) for s in split_sentences(paragraphs)) > 3 * len(paragraphs)
+
+
+# --------------------------------------------------------------------------- runs read in bulk
+
+BULK_BITS = [b"a", b"bc. d", b" ", b"\t", b"\r", b"\r\n", b"\n", b"\n", b"\n", b"\n \n", b"\xc3\xa9",
+             "\u3000\u00a0\u2028".encode(), b"\x1c", b"\xff", b"\x00", b"long-long-long-line", b"\xef\xbb\xbf"]
+
+
+def _line_by_line(monkeypatch):
+    """Read with every run taken line by line (the bulk path refused)."""
+    monkeypatch.setattr(text_reader, "_stripped_run", lambda lines: None)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_runs_read_in_bulk_give_what_line_by_line_gives(tmp_path, data):
+    """Runs decoded and stripped in bulk give the documents and counts of the line-by-line steps,
+    whatever the chunking, cuts and limits (runs with invalid UTF-8, NUL, over-long lines, the
+    range's end or large documents in them are read line by line)."""
+    raw = b"".join(data.draw(st.lists(st.sampled_from(BULK_BITS), max_size=200)))
+    path = tmp_path / "bulk.txt"
+    path.write_bytes(raw)
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=6))
+    options = ReadOptions(max_line_bytes=data.draw(st.sampled_from([12, 1 << 20])),
+                          max_document_bytes=data.draw(st.sampled_from([30, 64 << 20])))
+    chunk = data.draw(st.integers(8, 256))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ranges, "CHUNK_BYTES", chunk)
+        mp.setattr(ranges, "MIN_CHUNK_BYTES", chunk)
+        bulk = read_cuts(path, "text", cuts, options)
+        _line_by_line(mp)
+        one_by_one = read_cuts(path, "text", cuts, options)
+    assert bulk[0] == one_by_one[0]
+    assert bulk[1].to_dict() == one_by_one[1].to_dict()
+
+
+def test_real_text_is_read_in_bulk(sample_dir, monkeypatch):
+    """On WikiText cut into three ranges nearly every line is read in bulk, with the documents
+    and counts of the line-by-line steps."""
+    path = sample_dir / "wikitext2-train-1MB.txt"
+    in_bulk = []
+    bulk_split = text_reader._stripped_run
+
+    def counted(lines):
+        decoded = bulk_split(lines)
+        if decoded is not None:
+            in_bulk.append(len(lines))
+        return decoded
+
+    monkeypatch.setattr(text_reader, "_stripped_run", counted)
+    bulk = read_cuts(path, "text", [300_000, 650_000])
+    assert sum(in_bulk) > 0.95 * path.read_bytes().count(b"\n")
+    _line_by_line(monkeypatch)
+    one_by_one = read_cuts(path, "text", [300_000, 650_000])
+    assert bulk[0] == one_by_one[0] == text_oracle(path.read_text(encoding="utf-8"))
+    assert bulk[1].to_dict() == one_by_one[1].to_dict()

@@ -27,7 +27,7 @@ A compressed file is one piece: a compressed stream cannot be entered in the mid
 from __future__ import annotations
 
 import re
-from itertools import chain, islice
+from itertools import chain
 from typing import BinaryIO, Callable, Iterator
 
 from mlm_pipeline.errors import InputError
@@ -114,6 +114,22 @@ class LineReader:
         self._bom_pending = 0  # the dropped mark's bytes, not yet added to an offset
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
+        for start, lines, too_long in self.runs():
+            if len(lines) == 1:
+                yield start, lines[0], too_long
+                continue
+            for line in lines:
+                self.pos = start + len(line) + 1
+                yield start, line, False
+                start = self.pos
+
+    def runs(self) -> Iterator[tuple[int, list[bytes], bool]]:
+        """The lines in runs ``(start, lines, too_long)``: all the lines that start and end in one
+        read chunk when none is over the limit (the common case, one run per chunk), else one
+        line a run (a line read across chunks, or one over the limit: then ``too_long``).
+        ``start`` is the offset of the run's first line; ``pos`` is past the run once it is
+        yielded. A reader that classifies lines in bulk (text) takes runs; ``__iter__`` gives
+        the same lines one at a time."""
         limit = self._limit
         pos = self._start - 1 if self._start > 0 else 0
         drop = self._start > 0  # the partial line before the first line start >= start
@@ -129,19 +145,25 @@ class LineReader:
                     drop = False
                 else:
                     self.pos = pos
-                    yield start, kept, too_long
+                    yield start, [kept], too_long
                 # the lines that start and end inside this chunk
-                for whole in islice(parts, 1, None):
-                    start, pos = pos, pos + len(whole) + 1
+                whole = parts[1:]
+                if whole and max(map(len, whole)) <= limit:
+                    start, pos = pos, pos + len(chunk) - len(rest) - len(parts[0]) - 1
                     self.pos = pos
-                    yield (start, whole, False) if len(whole) <= limit else _too_long(start, whole)
+                    yield start, whole, False
+                else:
+                    for one in whole:
+                        start, pos = pos, pos + len(one) + 1
+                        self.pos = pos
+                        yield (start, [one], False) if len(one) <= limit else (start, [_kept_head(one)], True)
             line.extend(rest)
         if not line.is_empty():  # a last line without a final newline
             kept, length, too_long = line.finish(b"")
             start, pos = pos, pos + length + self._take_bom()
             if not drop:
                 self.pos = pos
-                yield start, kept, too_long
+                yield start, [kept], too_long
         self.pos = pos + self._take_bom()  # a mark not taken yet: the file is just a mark
 
     def _chunks(self, *, at_file_start: bool) -> Iterator[bytes]:
@@ -257,10 +279,6 @@ def _kept_head(line: bytes) -> bytes:
     return line[:HEAD_BYTES] if line.strip() else b""
 
 
-def _too_long(start: int, line: bytes) -> tuple[int, bytes, bool]:
-    return (start, _kept_head(line), True)
-
-
 def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
     """The ``LineReader`` of a piece opened with ``open_piece``."""
     return LineReader(
@@ -311,6 +329,22 @@ class OwnedLines:
             return iter(())
         self._span_start = first[0]
         return chain([first], it)
+
+    def runs(self) -> Iterator[tuple[int, list[bytes], bool]]:
+        """The owned lines in the runs of :meth:`LineReader.runs` (the first run starting at the
+        first boundary line when ``piece.start > 0``)."""
+        lines = self._lines
+        runs = lines.runs()
+        if self._piece.start == 0:
+            return runs
+        for start, run, too_long in runs:
+            for i, line in enumerate(run):
+                if self._is_boundary(line, too_long):
+                    self._span_start = start
+                    return chain([(start, run[i:], too_long)], runs)
+                start += len(line) + 1
+        self._span_start = self._span_end = lines.pos
+        return iter(())
 
     def ends_at(self, start: int) -> bool:
         """Whether a boundary line starting at ``start`` is past the range; the span ends there."""
