@@ -33,12 +33,11 @@ ProgressFn = Callable[[dict], None]
 
 
 def text_bytes(sentences: list[str]) -> int:
-    """UTF-8 size of the sentences, what ``block_bytes`` counts. An ASCII string's size is its
-    length (``isascii`` is a flag check in CPython); only the others are encoded (lone
+    """UTF-8 size of the sentences, what ``block_bytes`` counts: an ASCII text's size is its
+    length (``isascii`` is a flag check in CPython); other texts are encoded once (lone
     surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
-    if all(map(str.isascii, sentences)):  # the common case, without a Python step per sentence
-        return sum(map(len, sentences))
-    return sum(len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass")) for s in sentences)
+    text = "".join(sentences)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def tokenize_documents(

@@ -261,7 +261,8 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
                 sizes, payload = None, width  # one byte each: raw
             else:
                 sizes = _varint_sizes(values)
-                payload = sizes.sum(axis=1, dtype=np.int64)
+                # summed in uint16 where it cannot overflow: twice as fast as in int64
+                payload = sizes.sum(axis=1, dtype=np.uint16 if width < 6553 else np.int64).astype(np.int64)
         list_len = (1 + _size_of(payload) + payload) if width else 0
         feature_len = 1 + _size_of(list_len) + list_len
         key_part = entry_key(key)
