@@ -205,7 +205,10 @@ class CheckedEncoder:
 
     def __init__(self, tok: Tokenizer, requested: str = "auto"):
         self.reference = HFEncoder(tok)
-        self.encoder, self.info = _choose_backend(tok, self.reference, requested)
+        # the checks compare with the HF tokenizer as it is (no ASCII route: their few texts
+        # gain nothing from it)
+        self._plain = HFEncoder(tok, ascii_route=False)
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return self.encoder.encode_batch(texts)
@@ -213,7 +216,7 @@ class CheckedEncoder:
     def check_block(self, texts: list[str], where: str) -> None:
         if self.encoder is self.reference or not texts:
             return
-        i = first_difference(texts, self.encoder, self.reference)
+        i = first_difference(texts, self.encoder, self._plain)
         if i is not None:
             self._fall_back(f"{where}: ids differ from HF on text {texts[i][:200]!r}")
 
@@ -224,8 +227,10 @@ class CheckedEncoder:
         self.encoder = self.reference
 
 
-def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str) -> tuple[object, dict]:
-    """The encoder to use and what to record about it (``auto``: the fastest that is exact)."""
+def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str,
+                    plain: HFEncoder) -> tuple[object, dict]:
+    """The encoder to use and what to record about it (``auto``: the fastest that is exact, as
+    ``plain``, the HF tokenizer as it is, encodes the probes)."""
     if requested not in backend_names():
         raise ConfigError(f"unknown tokenizer backend {requested!r}; choose one of {', '.join(backend_names())}")
     reasons = {}
@@ -237,7 +242,7 @@ def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str) -> tup
         except Exception as exc:  # library missing, or a configuration it does not implement
             reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
             continue
-        i = first_difference(list(PROBES), encoder, reference)
+        i = first_difference(list(PROBES), encoder, plain)
         if i is None:
             return encoder, {**_info(encoder), "requested": requested}
         reasons[name] = f"self-check: ids differ from HF on probe {PROBES[i][:80]!r}"

@@ -5,6 +5,7 @@ Every other backend is checked against this one, and falls back to it on any dif
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -74,9 +75,15 @@ class HFEncoder:
 
     name = "hf"
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, *, ascii_route: bool = True):
         self.tokenizer = tokenizer
-        self._ascii = AsciiPath.for_tokenizer(tokenizer)
+        self._ascii_route = ascii_route
+
+    @functools.cached_property
+    def _ascii(self) -> AsciiPath | None:
+        """The ASCII route, built on first use: it copies the tokenizer (about 20 ms), which a
+        run whose fast backend passed its self-check never needs."""
+        return AsciiPath.for_tokenizer(self.tokenizer) if self._ascii_route else None
 
     @staticmethod
     def version() -> str:
