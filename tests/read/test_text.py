@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 from mlm_pipeline.read import ReadOptions, ranges
 from mlm_pipeline.read import text as text_reader
 
+from conftest import DATA
+
 from .helpers import read_cuts, read_whole, text_oracle
 
 
@@ -150,10 +152,13 @@ def test_runs_read_in_bulk_give_what_line_by_line_gives(tmp_path, data):
     assert bulk[1].to_dict() == one_by_one[1].to_dict()
 
 
-def test_real_text_is_read_in_bulk(sample_dir, monkeypatch):
-    """On WikiText cut into three ranges nearly every line is read in bulk, with the documents
-    and counts of the line-by-line steps."""
-    path = sample_dir / "wikitext2-train-1MB.txt"
+@pytest.mark.parametrize("name", ["wikitext2-train-1MB.txt", "hongloumeng-300KB.txt"])
+def test_real_text_is_read_in_bulk(sample_dir, monkeypatch, name):
+    """Real text cut into three ranges (WikiText: paragraphs between blank lines; the Chinese
+    novel: no blank line at all, one document) has nearly every line read in bulk, with the
+    documents and counts of the line-by-line steps."""
+    path = sample_dir / name if (sample_dir / name).exists() else DATA / name
+    cuts = [len(path.read_bytes()) * 3 // 10, len(path.read_bytes()) * 2 // 3]
     in_bulk = []
     bulk_split = text_reader._stripped_run
 
@@ -164,9 +169,9 @@ def test_real_text_is_read_in_bulk(sample_dir, monkeypatch):
         return decoded
 
     monkeypatch.setattr(text_reader, "_stripped_run", counted)
-    bulk = read_cuts(path, "text", [300_000, 650_000])
+    bulk = read_cuts(path, "text", cuts)
     assert sum(in_bulk) > 0.95 * path.read_bytes().count(b"\n")
     _line_by_line(monkeypatch)
-    one_by_one = read_cuts(path, "text", [300_000, 650_000])
+    one_by_one = read_cuts(path, "text", cuts)
     assert bulk[0] == one_by_one[0] == text_oracle(path.read_text(encoding="utf-8"))
     assert bulk[1].to_dict() == one_by_one[1].to_dict()

@@ -125,8 +125,9 @@ class LineReader:
 
     def runs(self) -> Iterator[tuple[int, list[bytes], bool]]:
         """The lines in runs ``(start, lines, too_long)``: all the lines that start and end in one
-        read chunk when none is over the limit (the common case, one run per chunk), else one
-        line a run (a line read across chunks, or one over the limit: then ``too_long``).
+        read chunk when none is over the limit and the chunk has no NUL byte (the common case,
+        one run per chunk), else one line a run (a line read across chunks, a line of a chunk
+        with a NUL byte, or one over the limit: then ``too_long``).
         ``start`` is the offset of the run's first line; ``pos`` is past the run once it is
         yielded. A reader that classifies lines in bulk (text) takes runs; ``__iter__`` gives
         the same lines one at a time."""
@@ -148,7 +149,7 @@ class LineReader:
                     yield start, [kept], too_long
                 # the lines that start and end inside this chunk
                 whole = parts[1:]
-                if whole and max(map(len, whole)) <= limit:
+                if whole and max(map(len, whole)) <= limit and b"\x00" not in chunk:
                     start, pos = pos, pos + len(chunk) - len(rest) - len(parts[0]) - 1
                     self.pos = pos
                     yield start, whole, False

@@ -54,6 +54,13 @@ class DocumentBuffer:
         self.size += len(line) + 1
         self.too_long = self.too_long or too_long
 
+    def extend(self, start: int, lines: list[bytes], size: int) -> None:
+        """Add whole lines within the limits at once (``size``: their bytes with line ends)."""
+        if not self.lines:
+            self.start = start
+        self.lines.extend(lines)
+        self.size += size
+
     def take(self) -> tuple[list[bytes], int, bool]:
         out = (self.lines, self.start, self.too_long)
         self.lines, self.size, self.too_long = [], 0, False
@@ -96,13 +103,13 @@ def decode_document(
 def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
     """Documents owned by ``piece`` of a text-format file, each a list of stripped lines.
 
-    Lines come in runs (a read chunk's whole lines). The lines of a run that start before the
-    range's end are read in bulk when they are valid UTF-8 without NUL and within the document
-    size limit: decoded and stripped line by line in C (``map``), their documents between blank
-    lines are slices of that list, which is what the line-by-line steps below give, at a
-    fraction of the cost. Lines up to the first blank line and after the last one (documents
-    that began in an earlier run or go on in the next) take the line-by-line steps, as every
-    other line does.
+    Lines come in runs (a read chunk's whole lines, none with a NUL byte). A run that is valid
+    UTF-8 and within the document size limit is read in bulk: its lines decoded and stripped in C
+    (``map``), its documents between blank lines slices of that list, lines without a blank one
+    among them added to the document in progress at once. That is what the line-by-line steps
+    below give, at a fraction of the cost. Lines up to a run's first blank line and after its
+    last one (documents that began in an earlier run or go on in the next), the blank line that
+    ends the range, and every other run take the line-by-line steps.
     """
     with OwnedLines(piece, options.max_line_bytes, is_blank, stats) as owned:
         doc = DocumentBuffer()
@@ -123,13 +130,15 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                 start += len(line) + 1
             return False
 
-        def in_bulk(start: int, lines: list[bytes], size: int) -> Iterator[list[str]]:
-            """Read lines that all start before the range's end (``size`` bytes with their ends)."""
-            decoded = _stripped_run(lines) if size <= limit else None
-            if decoded is None:
-                yield from one_by_one(start, lines, False)
+        def in_bulk(start: int, lines: list[bytes], stripped: list[str], blank: list[int], size: int):
+            """Read lines whose blank lines (``blank``, indices) all start before the range's end;
+            ``stripped``: the lines decoded and stripped; ``size``: their bytes with line ends."""
+            if not blank:  # every line goes on with the document in progress
+                if doc.size + size <= limit:
+                    doc.extend(start, lines, size)
+                else:
+                    yield from one_by_one(start, lines, False)
                 return
-            stripped, blank = decoded
             yield from one_by_one(start, lines[: blank[0] + 1], False)
             middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
             yield from _documents(middle, options, stats, replaced=False)
@@ -137,34 +146,40 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
             yield from one_by_one(start + size - sum(map(len, tail)) - len(tail), tail, False)
 
         for start, lines, too_long in owned.runs():
-            if len(lines) < 3:
+            decoded = None
+            if len(lines) > 2:
+                ends = list(accumulate(map((1).__add__, map(len, lines))))  # past each line, from start
+                if ends[-1] <= limit:
+                    decoded = _stripped_run(lines)
+            if decoded is None:
                 if (yield from one_by_one(start, lines, too_long)):
                     return
                 continue
-            ends = list(accumulate(map((1).__add__, map(len, lines))))  # past each line, from start
-            before = len(lines)  # the lines that start before the range's end
-            if piece.end is not None and start + ends[-1] > piece.end:
-                before = bisect_left(ends, piece.end - start) + 1 if piece.end > start else 0
-            if before:
-                yield from in_bulk(start, lines[:before], ends[before - 1])
-            if before < len(lines):
-                if (yield from one_by_one(start + (ends[before - 1] if before else 0), lines[before:], False)):
-                    return
+            stripped, blank = decoded
+            stop = len(lines)  # the first blank line that starts at or past the range's end, if any
+            if piece.end is not None and blank and start + ends[-1] > piece.end:
+                starts = [ends[i - 1] if i else 0 for i in blank]
+                first = bisect_left(starts, piece.end - start)
+                if first < len(blank):
+                    stop, blank = blank[first], blank[:first]
+            size = ends[stop - 1] if stop else 0
+            yield from in_bulk(start, lines[:stop], stripped, blank, size)
+            if stop < len(lines):  # the range ends at this blank line
+                yield from one_by_one(start + size, lines[stop : stop + 1], False)
+                return
         if doc.lines:
             yield from _emit(doc.take(), piece, options, stats, owned.bom)
 
 
 def _stripped_run(lines: list[bytes]) -> tuple[list[str], list[int]] | None:
     """Lines decoded and stripped, and the indices of the blank ones; None if they hold invalid
-    UTF-8 or a NUL (the line-by-line steps deal with those) or no blank line."""
-    if b"\x00" in b"".join(lines):
-        return None
+    UTF-8 (the line-by-line steps deal with it; a run has no NUL byte, see ``LineReader.runs``)."""
     try:
         stripped = list(map(str.strip, map(bytes.decode, lines)))
     except UnicodeDecodeError:
         return None
     blank = list(compress(count(), map(not_, stripped)))  # is_blank, for valid UTF-8
-    return (stripped, blank) if blank else None
+    return stripped, blank
 
 
 def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
