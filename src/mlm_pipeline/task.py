@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Callable
 
 import numpy as np
+from numpy.random import default_rng  # numpy imports its random module on first use otherwise
 
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances import BuildContext, ReferenceContext, TokenizedDocs, get_objective
@@ -135,7 +136,7 @@ def _process_block(
     block_stats.count_tokens(docs.ids, tok)
     if len(docs.doc_sentences) == 0:
         return
-    rng = np.random.default_rng(task.seed_sequence(config.random_seed, block_index))
+    rng = default_rng(task.seed_sequence(config.random_seed, block_index))
     # instances come out of building already in their shuffled order (no second gather)
     batch, counts = get_objective(config.objective).build(docs, BuildContext(config, tok, rng))
     mask_stats = {}

@@ -249,6 +249,15 @@ def test_matches_plain_encoder_and_round_trips(case):
         np.testing.assert_array_equal(parsed["input_ids"][: batch.lengths[expected]], batch.row(expected)["input_ids"])
 
 
+def test_a_varying_entry_after_more_than_255_bytes_of_fixed_ones():
+    # Lengths stay Python ints while every record has the same (here: over 255 bytes of entries
+    # before segment_ids), then become arrays: their sum must not take a byte-sized dtype.
+    batch = batch_from_rows([{"input_ids": [0, 0], "segment_ids": [0, -1], "masked_lm_positions": [],
+                              "masked_lm_ids": [], "next_sentence_label": 0}], with_nsp=False)
+    data = encode_tfrecord(batch, max_seq_length=17, max_predictions=12)
+    assert data == plain_encode(batch, 17, 12)
+
+
 def test_chunks_give_the_same_bytes(monkeypatch):
     import mlm_pipeline.formats.tfrecord.encode as codec
 

@@ -238,10 +238,11 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
 
 
 def _size_of(length):
-    """Varint size of a length: one per record (an array) or the same for all (an int)."""
+    """Varint size of a length: one per record (an int64 array: sums with Python ints that do not
+    fit a byte stay exact) or the same for all (an int)."""
     if isinstance(length, int):
         return len(varint_bytes(length))
-    return _varint_sizes(length.view(np.uint64))
+    return _varint_sizes(length.view(np.uint64)).astype(np.int64)
 
 
 def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndarray:
