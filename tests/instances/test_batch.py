@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
 
 
 def _batch(ids_high: int, nsp: bool = True) -> InstanceBatch:
@@ -44,3 +44,15 @@ def test_tfrecord_bytes_do_not_depend_on_the_padding_dtype():
 
     batch = _batch(30522)
     assert encode_tfrecord(batch, max_seq_length=16, max_predictions=5) == encode_examples(batch.padded(16, 5))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ranges_to_indices_is_the_concatenated_aranges(seed):
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(0, 12))
+    starts = rng.integers(0, 10**9 if seed % 2 else 60, k)  # overlapping, backwards, far apart
+    lengths = rng.integers(0, 6, k)  # empty ranges among them
+    got = ranges_to_indices(starts, lengths)
+    expected = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)] + [np.zeros(0, int)])
+    assert got.dtype == np.intp
+    np.testing.assert_array_equal(got, expected)

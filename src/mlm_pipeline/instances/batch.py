@@ -14,20 +14,23 @@ import numpy as np
 
 
 def ranges_to_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``arange(s, s + n)`` for every (s, n) pair, vectorised.
+    """Concatenate ``arange(s, s + n)`` for every (s, n) pair, vectorised, as ``intp``.
 
-    The classic "many small ranges to one gather index" trick: repeat each start shifted by the
-    running total of lengths, then add a global arange. The index is int32 when every value fits
-    (three times faster to build than int64, half the memory), else int64.
+    One cumulative sum over steps of 1, where each range's first step jumps from the end of the
+    range before it. ``intp`` is what numpy's gathers and scatters index with: an int32 index was
+    cheaper to build but converted by every gather (a dupe-5 block's token gather: 10.2 -> 6.5 ms).
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
+    if not (keep := lengths > 0).all():
+        starts, lengths = starts[keep], lengths[keep]
     total = int(lengths.sum())
     if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    cum = np.cumsum(lengths) - lengths
-    dtype = np.int32 if max(total, int((starts + lengths).max())) < 2**31 else np.int64
-    return np.repeat((starts - cum).astype(dtype), lengths) + np.arange(total, dtype=dtype)
+        return np.zeros(0, dtype=np.intp)
+    steps = np.ones(total, dtype=np.intp)
+    steps[0] = starts[0]
+    steps[np.cumsum(lengths[:-1])] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
+    return np.cumsum(steps, out=steps)
 
 
 def _smallest_uint(*arrays: np.ndarray) -> type:
