@@ -31,6 +31,7 @@ from mlm_pipeline.formats.tfrecord import (
     read_tfrecord,
     read_tfrecord_features,
 )
+from mlm_pipeline.formats.tfrecord.encode import ZeroPadded
 from mlm_pipeline.formats.tfrecord.wire import crc32c_rows
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -256,6 +257,37 @@ def test_a_varying_entry_after_more_than_255_bytes_of_fixed_ones():
                               "masked_lm_ids": [], "next_sentence_label": 0}], with_nsp=False)
     data = encode_tfrecord(batch, max_seq_length=17, max_predictions=12)
     assert data == plain_encode(batch, 17, 12)
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 200])
+def test_zero_padded_rows_give_the_bytes_of_padded_arrays(monkeypatch, chunk_bytes):
+    import mlm_pipeline.formats.tfrecord.encode as codec
+
+    if chunk_bytes:  # rows sliced into chunks of a few records
+        monkeypatch.setattr(codec, "_CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(7)
+    lengths = np.array([0, 3, 5, 1, 0, 5, 2])  # empty rows, full rows
+    values = rng.choice(np.array([0, 1, 127, 128, 300, 2**14, 2**21, 2**40, -1], np.int64), int(lengths.sum()))
+    offsets = lengths_to_offsets(lengths)
+    dense = np.zeros((len(lengths), 5), np.int64)
+    dense[np.arange(5)[None, :] < lengths[:, None]] = values
+    other = rng.integers(0, 3, (len(lengths), 2))
+    expected = encode_examples({"ids": dense, "other": other})
+    assert encode_examples({"ids": ZeroPadded(values, offsets, 5), "other": other}) == expected
+    small = values[values >= 0][:4]  # non-negative int32 values (token ids): the unsigned view
+    dense_small = np.zeros((2, 3), np.int32)
+    dense_small[0, :2], dense_small[1, :2] = small[:2], small[2:4]
+    assert encode_examples({"ids": ZeroPadded(small.astype(np.int32), np.array([0, 2, 4]), 3)}) == encode_examples(
+        {"ids": dense_small})
+
+
+@pytest.mark.parametrize("rows, match", [
+    (ZeroPadded(np.array([1.5, 2.0]), np.array([0, 2]), 2), "integer"),
+    (ZeroPadded(np.array([1, 2, 3]), np.array([0, 3]), 2), "at most 2"),
+])
+def test_zero_padded_rows_are_checked(rows, match):
+    with pytest.raises(ValueError, match=match):
+        encode_examples({"ids": rows})
 
 
 def test_chunks_give_the_same_bytes(monkeypatch):

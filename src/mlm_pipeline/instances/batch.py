@@ -195,13 +195,16 @@ class InstanceBatch:
             next_sentence_labels=nsp,
         )
 
-    def padded(self, max_seq_length: int, max_predictions: int, *, compact: bool = False) -> dict[str, np.ndarray]:
+    def padded(self, max_seq_length: int, max_predictions: int, *, compact: bool = False,
+               with_ids: bool = True) -> dict[str, np.ndarray]:
         """The batch as fixed-size 2-D arrays in the layout of BERT's ``run_pretraining.py``.
 
         Integer features are int64 (``masked_lm_weights`` float32). With ``compact=True`` they
         hold the same values in the smallest dtype that fits (uint8 masks, segments and, up to
         256 positions, positions; uint16 ids for vocabularies up to 65536), which is what an
         encoder narrowing values would compute anyway — four to eight times less memory to fill.
+        ``with_ids=False`` leaves out ``input_ids`` and ``masked_lm_ids`` (the TFRecord encoder
+        takes them unpadded).
         """
         n = len(self)
         lens = self.lengths
@@ -213,7 +216,7 @@ class InstanceBatch:
                 f"instance with {int(mcounts.max())} masked positions exceeds max_predictions {max_predictions}"
             )
         if compact:
-            ids_dtype = _smallest_uint(self.input_ids, self.masked_lm_ids)
+            ids_dtype = _smallest_uint(self.input_ids, self.masked_lm_ids) if with_ids else np.int64
             small_dtype = _smallest_uint(self.segment_ids)
             pos_dtype = np.uint8 if max_seq_length <= 256 else np.uint16
             nsp_dtype = np.int64 if self.next_sentence_labels is None else _smallest_uint(self.next_sentence_labels)
@@ -223,16 +226,19 @@ class InstanceBatch:
         # Boolean-mask assignment fills the rows in order (row-major), exactly where the ragged
         # rows go: cheaper than scattering with (row, column) index arrays.
         inside = np.arange(max_seq_length)[None, :] < lens[:, None]
-        input_ids = np.zeros((n, max_seq_length), ids_dtype)
-        input_ids[inside] = self.input_ids
+        out = {}
+        if with_ids:
+            out["input_ids"] = np.zeros((n, max_seq_length), ids_dtype)
+            out["input_ids"][inside] = self.input_ids
         segment_ids = np.zeros((n, max_seq_length), small_dtype)
         segment_ids[inside] = self.segment_ids
         input_mask = inside.astype(mask_dtype)
         masked = np.arange(max_predictions)[None, :] < mcounts[:, None]
         positions = np.zeros((n, max_predictions), pos_dtype)
         positions[masked] = self.masked_lm_positions
-        ids = np.zeros((n, max_predictions), ids_dtype)
-        ids[masked] = self.masked_lm_ids
+        if with_ids:
+            out["masked_lm_ids"] = np.zeros((n, max_predictions), ids_dtype)
+            out["masked_lm_ids"][masked] = self.masked_lm_ids
         weights = masked.astype(np.float32)
         nsp = (
             np.zeros((n, 1), nsp_dtype)
@@ -240,11 +246,10 @@ class InstanceBatch:
             else self.next_sentence_labels.astype(nsp_dtype).reshape(n, 1)
         )
         return {
-            "input_ids": input_ids,
+            **out,
             "input_mask": input_mask,
             "segment_ids": segment_ids,
             "masked_lm_positions": positions,
-            "masked_lm_ids": ids,
             "masked_lm_weights": weights,
             "next_sentence_labels": nsp,
         }

@@ -9,7 +9,7 @@ varint values, raw float bytes and the framing. A piece whose width is the same 
 is a column block of one (records x width) byte matrix, filled column-wise for all records at
 once. A packed block of varints whose sizes vary (token ids) becomes one byte stream for all
 records: each value's varint is computed in a 4- or 8-byte word, and one ``np.compress`` keeps its
-bytes. Arrow's element-wise binary join (``binary_join_element_wise``, a C++ kernel) then lays
+bytes; token ids come unpadded (:class:`ZeroPadded`), their padding a run of zero bytes. Arrow's element-wise binary join (``binary_join_element_wise``, a C++ kernel) then lays
 the pieces out record after record, which is a copy at memory speed. Compacting a byte-validity
 mask over every slot of every record took most of the encoding time before. The framing (length
 headers, CRCs) comes from :mod:`.wire`.
@@ -21,6 +21,7 @@ omitted: protobuf's deterministic serialization, so the bytes depend only on the
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +39,7 @@ from mlm_pipeline.formats.tfrecord.wire import (
 )
 from mlm_pipeline.instances.batch import InstanceBatch
 
-__all__ = ["encode_examples", "encode_tfrecord", "iter_encoded_examples", "iter_encoded_sequences",
+__all__ = ["ZeroPadded", "encode_examples", "encode_tfrecord", "iter_encoded_examples", "iter_encoded_sequences",
            "iter_encoded_tfrecord"]
 
 _NOTHING = pa.scalar(b"", pa.binary())  # the separator of the binary join
@@ -77,7 +78,7 @@ def _varint_words(values: np.ndarray, widest: int) -> tuple[np.ndarray, np.ndarr
     word whose byte ``j`` is 1 where the varint has a byte ``j``."""
     word = np.dtype("<u4") if widest <= 4 else np.dtype("<u8")
     one = word.type(1)
-    v = values.astype(word)
+    v = values.astype(word, copy=False)
     valid = np.ones(v.shape, word)
     groups = v & word.type(0x7F)  # group j of the value in byte j
     for j in range(1, widest):
@@ -109,7 +110,9 @@ def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
     """
     if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"feature {key!r}: value {int(a.max())} does not fit int64")
-    if a.size and a.dtype.kind in "ub" and a.dtype.itemsize <= 4:  # no int64 round trip needed
+    if a.size and a.dtype.kind == "i" and a.dtype.itemsize <= 4 and int(a.min()) >= 0:
+        a = a.view(a.dtype.str.replace("i", "u"))  # the same bits, unsigned: no int64 round trip
+    if a.size and a.dtype.kind in "ub" and a.dtype.itemsize <= 4:
         a = a.view(np.uint8) if a.dtype.kind == "b" else a
         top = int(a.max())
         for dtype in (np.uint8, np.uint16, np.uint32):
@@ -124,6 +127,39 @@ def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
     return a.view(np.uint64)
 
 
+@dataclass(frozen=True)
+class ZeroPadded:
+    """Integer rows of different lengths zero-padded to ``width``, the padding not materialised:
+    row ``i`` is ``values[offsets[i]:offsets[i + 1]]``. A 2-D integer feature for
+    :func:`encode_examples` (token ids): each padding zero is one zero byte in the record, written
+    as such, where a padded array's zeros went through the varint work like any value."""
+
+    values: np.ndarray  # 1-D integers
+    offsets: np.ndarray  # int64 [rows + 1]
+    width: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.offsets) - 1, self.width
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    def __getitem__(self, rows: slice) -> "ZeroPadded":
+        start, stop, _ = rows.indices(self.shape[0])
+        first = int(self.offsets[start])
+        return ZeroPadded(self.values[first : int(self.offsets[stop])], self.offsets[start : stop + 1] - first,
+                          self.width)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
 # --------------------------------------------------------------------------------------------
 # Encoding
 
@@ -131,6 +167,13 @@ def _as_varint_values(a: np.ndarray, key: str) -> np.ndarray:
 def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     """An Arrow binary array over numpy memory (no copy): element ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
     return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    """Arrow's int32 offsets of elements of these lengths."""
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 def _rows_array(rows: np.ndarray) -> pa.Array:
@@ -182,9 +225,17 @@ class _Pieces:
             self.raw(_varint_planes(values, widest).reshape(self.n, -1))
             return
         self._flush()
-        offsets = np.zeros(self.n + 1, np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        self._arrays.append(_binary_array(_varint_stream(values, widest), offsets))
+        self._arrays.append(_binary_array(_varint_stream(values, widest), _offsets(lengths)))
+
+    def padded_varints(self, values: np.ndarray, sizes: np.ndarray, lengths: np.ndarray, padding: np.ndarray) -> None:
+        """Rows of values (flat, unsigned) with their varint sizes, each row's bytes and its number
+        of padding zeros (one zero byte each)."""
+        self._flush()
+        self._arrays.append(_binary_array(_varint_stream(values, int(sizes.max()) if sizes.size else 1),
+                                          _offsets(lengths)))
+        if padding.any():
+            zeros = _offsets(padding)  # (Arrow arrays keep their buffers: one offsets array each)
+            self._arrays.append(_binary_array(np.zeros(int(zeros[-1]), np.uint8), zeros))
 
     def varint(self, values: np.ndarray | int) -> None:
         """One varint per record (a length prefix), or, given an int (the same length in every
@@ -221,13 +272,19 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
     for key in sorted(features):
         if not isinstance(key, str):
             raise ValueError(f"feature names must be str, got {key!r}")
-        a = np.asarray(features[key])
+        a = features[key]
+        if not isinstance(a, ZeroPadded):
+            a = np.asarray(a)
         if a.ndim != 2:
             raise ValueError(f"feature {key!r}: expected a 2-D array (instances x values), got shape {a.shape}")
         if n is None:
             n = a.shape[0]
         elif a.shape[0] != n:
             raise ValueError(f"feature {key!r} has {a.shape[0]} rows, other features have {n}")
+        if isinstance(a, ZeroPadded) and (a.dtype.kind not in "iub" or a.values.ndim != 1
+                                         or (a.shape[0] and int(a.lengths().max()) > a.width)):
+            raise ValueError(f"feature {key!r}: zero-padded rows need 1-D integer values, each row at most "
+                             f"{a.width} long")
         if a.dtype.kind in "iub":
             checked.append((key, "int64", a))
         elif a.dtype.kind == "f":
@@ -235,6 +292,16 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
         else:
             raise ValueError(f"feature {key!r}: dtype {a.dtype} is neither integer nor floating")
     return int(n), checked
+
+
+def _row_sums(values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each row's sum of small non-negative values (row ``i``: ``values[offsets[i]:offsets[i + 1]]``,
+    the rows back to back; an empty row sums to 0), int64: one ``reduceat`` over the non-empty rows."""
+    sums = np.zeros(len(lengths), np.int64)
+    full = lengths > 0
+    if values.size:
+        sums[full] = np.add.reduceat(values, offsets[:-1][full], dtype=np.uint32)
+    return sums
 
 
 def _size_of(length):
@@ -256,6 +323,13 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
         if kind == "float":
             values = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).reshape(n, 4 * width)
             sizes, payload = None, 4 * width
+        elif isinstance(a, ZeroPadded):  # the rows' varints, then a zero byte per padding value
+            values = _as_varint_values(a.values, key)
+            sizes = _varint_sizes(values)
+            lengths = a.lengths()
+            padding = width - lengths
+            sizes = (sizes, _row_sums(sizes, a.offsets, lengths), padding)  # values, row bytes, zeros
+            payload = sizes[1] + padding
         else:
             values = _as_varint_values(a, key)
             if values.dtype == np.uint8 and (not width or int(values.max()) < 0x80):
@@ -287,6 +361,8 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
             pieces.varint(payload)
             if sizes is None:
                 pieces.raw(values)
+            elif isinstance(sizes, tuple):
+                pieces.padded_varints(values, *sizes)
             else:
                 pieces.varints(values, sizes, payload)
     data = pieces.join()
@@ -313,8 +389,9 @@ def iter_encoded_examples(features: Mapping[str, np.ndarray]) -> Iterator[np.nda
 def encode_examples(features: Mapping[str, np.ndarray]) -> bytes:
     """A TFRecord file with one ``tf.train.Example`` per row of the given 2-D arrays.
 
-    Integer arrays become ``int64_list`` features and floating arrays ``float_list`` (float32)
-    features, each row a fixed-length list; entries are written sorted by feature name. Negative
+    Integer arrays (or :class:`ZeroPadded` rows) become ``int64_list`` features and floating
+    arrays ``float_list`` (float32) features, each row a fixed-length list; entries are written
+    sorted by feature name. Negative
     integers are encoded as protobuf does (10-byte two's complement varints). Zero rows give
     ``b""``.
     """
@@ -338,7 +415,10 @@ def iter_encoded_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_pred
         raise ValueError(f"max_predictions must be >= 0, got {max_predictions}")
     if len(batch) == 0:
         return iter(())
-    return iter_encoded_examples(batch.padded(max_seq_length, max_predictions, compact=True))
+    features = batch.padded(max_seq_length, max_predictions, compact=True, with_ids=False)
+    features["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
+    features["masked_lm_ids"] = ZeroPadded(batch.masked_lm_ids, batch.masked_offsets, max_predictions)
+    return iter_encoded_examples(features)
 
 
 def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iterator[np.ndarray]:
@@ -353,7 +433,8 @@ def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iter
         raise ValueError("ELECTRA's records hold no masked positions and no next-sentence labels")
     if len(batch) == 0:
         return iter(())
-    padded = batch.padded(max_seq_length, 0, compact=True)
+    padded = batch.padded(max_seq_length, 0, compact=True, with_ids=False)
+    padded["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
     return iter_encoded_examples({name: padded[name] for name in SEQUENCE_FEATURES})
 
 
