@@ -27,6 +27,18 @@ class ReadStats:
     documents_with_replaced_bytes: int = 0
     lone_cr_line_ends: int = 0  # lines ended by a lone \r (old Mac files), read as line ends
 
+    def count_document(self, sentences: list[str], replaced: bool) -> bool:
+        """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
+        sentence, which the reader then drops."""
+        if not sentences:
+            self.skip("empty")
+            return False
+        self.documents_read += 1
+        self.sentences += len(sentences)
+        if replaced:
+            self.documents_with_replaced_bytes += 1
+        return True
+
     def skip(self, reason: str, n: int = 1) -> None:
         self.documents_skipped[reason] += n
 

@@ -124,11 +124,5 @@ def segment_documents(
     """
     for paragraphs, replaced in docs:
         sents = [s for ss in split_sentences(paragraphs) for s in ss]
-        if not sents:
-            stats.skip("empty")
-            continue
-        stats.documents_read += 1
-        stats.sentences += len(sents)
-        if replaced:
-            stats.documents_with_replaced_bytes += 1
-        yield sents
+        if stats.count_document(sents, replaced):
+            yield sents

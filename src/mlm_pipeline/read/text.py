@@ -198,11 +198,5 @@ def _documents(documents: Iterable[list[str]], options: ReadOptions, stats: Read
     for sents in documents:
         if options.sentence_split and sents:
             sents = [s for para in split_sentences(sents) for s in para]
-        if not sents:
-            stats.skip("empty")
-            continue
-        stats.documents_read += 1
-        stats.sentences += len(sents)
-        if replaced:
-            stats.documents_with_replaced_bytes += 1
-        yield sents
+        if stats.count_document(sents, replaced):
+            yield sents
