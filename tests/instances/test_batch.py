@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.instances import batch as batch_module
+from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges, lengths_to_offsets, ranges_to_indices
 
 
 def _batch(ids_high: int, nsp: bool = True) -> InstanceBatch:
@@ -56,3 +57,25 @@ def test_ranges_to_indices_is_the_concatenated_aranges(seed):
     expected = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)] + [np.zeros(0, int)])
     assert got.dtype == np.intp
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("step", [1, 3, 1 << 13])
+def test_gather_ranges_is_the_concatenated_slices_of_each_source(monkeypatch, step):
+    monkeypatch.setattr(batch_module, "_GATHER_RANGES", step)  # ranges gathered a few at a time
+    rng = np.random.default_rng(step)
+    ids = rng.integers(0, 30000, 500).astype(np.int32)
+    segments = rng.integers(0, 2, 500).astype(np.int8)
+    starts = rng.integers(0, 450, 40)
+    lengths = rng.integers(0, 50, 40)  # empty ranges among them
+    got_ids, got_segments = gather_ranges((ids, segments), starts, lengths)
+    expected = [np.concatenate([a[s : s + n] for s, n in zip(starts, lengths)]) for a in (ids, segments)]
+    np.testing.assert_array_equal(got_ids, expected[0])
+    np.testing.assert_array_equal(got_segments, expected[1])
+    assert got_ids.dtype == np.int32 and got_segments.dtype == np.int8
+    assert [len(a) for a in gather_ranges((ids,), np.zeros(0, int), np.zeros(0, int))] == [0]
+
+
+@pytest.mark.parametrize("start, length", [(490, 11), (-1, 2), (3, -1)])
+def test_gather_ranges_refuses_a_range_outside_its_source(start, length):
+    with pytest.raises(IndexError):
+        gather_ranges((np.arange(500),), np.array([0, start]), np.array([5, length]))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, uniform_stream
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.instances.batch import InstanceBatch, sentence_pairs
 from mlm_pipeline.instances.reference import BERT_REFERENCE
 
 
@@ -229,17 +229,7 @@ def build_nsp_instances(
         a_start_arr, b_start_arr, la, lb, labels_arr = (
             a_start_arr[order], b_start_arr[order], la[order], lb[order], labels_arr[order]
         )
-    # gather [CLS] A [SEP] B [SEP] for all instances at once: five ranges per instance over the
-    # block's tokens followed by [CLS] and [SEP], one index and one gather (no scatter)
-    source = np.concatenate([docs.ids, np.array([cls_id, sep_id], dtype=docs.ids.dtype)])
-    cls_at, sep_at = len(docs.ids), len(docs.ids) + 1
-    starts = np.empty((n, 5), np.int64)
-    lengths = np.ones((n, 5), np.int64)
-    starts[:, 0], starts[:, 1], starts[:, 2], starts[:, 3], starts[:, 4] = cls_at, a_start_arr, sep_at, b_start_arr, sep_at
-    lengths[:, 1], lengths[:, 3] = la, lb
-    ids = source[ranges_to_indices(starts.ravel(), lengths.ravel())].astype(np.int32, copy=False)
-    seg = np.repeat(np.tile(np.array([0, 0, 0, 1, 1], np.int8), n), lengths.ravel())
-    offsets = lengths_to_offsets(la + lb + 3)
+    ids, seg, offsets = sentence_pairs(docs.ids, a_start_arr, la, b_start_arr, lb, cls_id=cls_id, sep_id=sep_id)
     stats.instances = n
     stats.random_next = int(labels_arr.sum())
     return InstanceBatch.unmasked(ids, seg, offsets, labels_arr), stats

@@ -64,7 +64,7 @@ import numpy as np
 
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.instances.base import ReferenceContext, ReferenceMode
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, sentence_pairs
 from mlm_pipeline.instances.reference_text import (
     read_reference_documents,
     reference_continuation_table,
@@ -181,12 +181,6 @@ class AllDocuments:
 KEEP = -1  # a masked token's replacement that keeps the original token
 
 
-_GATHER_ROWS = 1 << 15
-"""Instances whose tokens are gathered at once: the whole file's instances are built together
-(as the reference script holds them), and their gather indices (8 bytes a token) would add a
-tenth to the peak memory of reference mode."""
-
-
 class TrainingInstances:
     """The script's list of ``TrainingInstance``, one column per field.
 
@@ -241,19 +235,8 @@ class TrainingInstances:
         b_s = np.array(self.b_starts, np.int64)
         la = np.array(self.a_ends, np.int64) - a_s
         lb = np.array(self.b_ends, np.int64) - b_s
-        offsets = lengths_to_offsets(la + lb + 3)
+        input_ids, segment_ids, offsets = sentence_pairs(tokens, a_s, la, b_s, lb, cls_id=cls_id, sep_id=sep_id)
         starts = offsets[:-1]
-        input_ids = np.empty(int(offsets[-1]), np.int32)
-        segment_ids = np.zeros(len(input_ids), np.int8)
-        input_ids[starts] = cls_id
-        input_ids[starts + la + 1] = sep_id
-        input_ids[offsets[1:] - 1] = sep_id
-        for lo in range(0, len(starts), _GATHER_ROWS):  # index arrays of a bounded size
-            rows = slice(lo, lo + _GATHER_ROWS)
-            input_ids[ranges_to_indices(starts[rows] + 1, la[rows])] = tokens[ranges_to_indices(a_s[rows], la[rows])]
-            input_ids[ranges_to_indices(starts[rows] + la[rows] + 2, lb[rows])] = tokens[
-                ranges_to_indices(b_s[rows], lb[rows])]
-            segment_ids[ranges_to_indices(starts[rows] + la[rows] + 2, lb[rows] + 1)] = 1
 
         m_inst = np.array(self.masked_instance, np.int64)
         m_pos = np.array(self.masked_position, np.int64)
