@@ -18,7 +18,8 @@ def ranges_to_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
     One cumulative sum over steps of 1, where each range's first step jumps from the end of the
     range before it. ``intp`` is what numpy's gathers and scatters index with: an int32 index was
-    cheaper to build but converted by every gather (a dupe-5 block's token gather: 10.2 -> 6.5 ms).
+    cheaper to build but converted by every gather (a dupe-5 block's token index and gather:
+    10.5 -> 7.7 ms).
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)

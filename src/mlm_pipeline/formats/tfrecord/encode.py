@@ -9,8 +9,9 @@ varint values, raw float bytes and the framing. A piece whose width is the same 
 is a column block of one (records x width) byte matrix, filled column-wise for all records at
 once. A packed block of varints whose sizes vary (token ids) becomes one byte stream for all
 records: each value's varint is computed in a 4- or 8-byte word, and one ``np.compress`` keeps its
-bytes; token ids come unpadded (:class:`ZeroPadded`), their padding a run of zero bytes. Arrow's element-wise binary join (``binary_join_element_wise``, a C++ kernel) then lays
-the pieces out record after record, which is a copy at memory speed. Compacting a byte-validity
+bytes; token ids come unpadded (:class:`ZeroPadded`), their padding a run of zero bytes. Arrow's
+element-wise binary join (``binary_join_element_wise``, a C++ kernel) then lays the pieces out
+record after record, which is a copy at memory speed. Compacting a byte-validity
 mask over every slot of every record took most of the encoding time before. The framing (length
 headers, CRCs) comes from :mod:`.wire`.
 
@@ -218,22 +219,18 @@ class _Pieces:
         """Fixed-width bytes (n, k)."""
         self._columns.append((rows, rows.shape[1]))
 
-    def varints(self, values: np.ndarray, sizes: np.ndarray, lengths: np.ndarray) -> None:
-        """Values (n, L) (unsigned) with their varint sizes (n, L) and each record's total of them."""
+    def varints(self, values: np.ndarray, sizes: np.ndarray, lengths: np.ndarray,
+                padding: np.ndarray | None = None) -> None:
+        """Values (unsigned) with their varint sizes and each record's bytes of them: an (n, L)
+        block, or with ``padding`` (each record's number of padding zeros, one zero byte each)
+        the rows of a :class:`ZeroPadded` feature back to back."""
         widest = int(sizes.max()) if sizes.size else 1
-        if not sizes.size or int(sizes.min()) == widest:  # the same width in every record
+        if padding is None and (not sizes.size or int(sizes.min()) == widest):  # one width in every record
             self.raw(_varint_planes(values, widest).reshape(self.n, -1))
             return
         self._flush()
         self._arrays.append(_binary_array(_varint_stream(values, widest), _offsets(lengths)))
-
-    def padded_varints(self, values: np.ndarray, sizes: np.ndarray, lengths: np.ndarray, padding: np.ndarray) -> None:
-        """Rows of values (flat, unsigned) with their varint sizes, each row's bytes and its number
-        of padding zeros (one zero byte each)."""
-        self._flush()
-        self._arrays.append(_binary_array(_varint_stream(values, int(sizes.max()) if sizes.size else 1),
-                                          _offsets(lengths)))
-        if padding.any():
+        if padding is not None and padding.any():
             zeros = _offsets(padding)  # (Arrow arrays keep their buffers: one offsets array each)
             self._arrays.append(_binary_array(np.zeros(int(zeros[-1]), np.uint8), zeros))
 
@@ -320,6 +317,7 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
     features_len = 0
     for key, kind, a in checked:
         width = a.shape[1]
+        padding = None
         if kind == "float":
             values = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).reshape(n, 4 * width)
             sizes, payload = None, 4 * width
@@ -328,8 +326,7 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
             sizes = _varint_sizes(values)
             lengths = a.lengths()
             padding = width - lengths
-            sizes = (sizes, _row_sums(sizes, a.offsets, lengths), padding)  # values, row bytes, zeros
-            payload = sizes[1] + padding
+            payload = _row_sums(sizes, a.offsets, lengths) + padding
         else:
             values = _as_varint_values(a, key)
             if values.dtype == np.uint8 and (not width or int(values.max()) < 0x80):
@@ -343,13 +340,13 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
         key_part = entry_key(key)
         entry_len = feature_len + _size_of(feature_len) + len(key_part)
         features_len = features_len + 1 + _size_of(entry_len) + entry_len
-        blocks.append((kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len))
+        blocks.append((kind, width, values, sizes, padding, payload, list_len, feature_len, key_part, entry_len))
     example_len = np.broadcast_to(1 + _size_of(features_len) + features_len, (n,)).astype(np.int64)
 
     pieces = _Pieces(n)
     pieces.const(bytes([TAG_FIELD1_LEN]))  # Example.features
     pieces.varint(features_len)
-    for kind, width, values, sizes, payload, list_len, feature_len, key_part, entry_len in blocks:
+    for kind, width, values, sizes, padding, payload, list_len, feature_len, key_part, entry_len in blocks:
         pieces.const(bytes([TAG_FIELD1_LEN]))  # Features.feature: a map entry
         pieces.varint(entry_len)
         pieces.const(key_part)  # the entry key, then the tag of the entry value
@@ -361,10 +358,10 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
             pieces.varint(payload)
             if sizes is None:
                 pieces.raw(values)
-            elif isinstance(sizes, tuple):
-                pieces.padded_varints(values, *sizes)
-            else:
+            elif padding is None:
                 pieces.varints(values, sizes, payload)
+            else:
+                pieces.varints(values, sizes, payload - padding, padding)
     data = pieces.join()
     records = join_rows([_rows_array(frame_headers(example_len)), data, _rows_array(data_crcs(data.to_pylist()))])
     return _flat_bytes(records)
@@ -391,9 +388,8 @@ def encode_examples(features: Mapping[str, np.ndarray]) -> bytes:
 
     Integer arrays (or :class:`ZeroPadded` rows) become ``int64_list`` features and floating
     arrays ``float_list`` (float32) features, each row a fixed-length list; entries are written
-    sorted by feature name. Negative
-    integers are encoded as protobuf does (10-byte two's complement varints). Zero rows give
-    ``b""``.
+    sorted by feature name. Negative integers are encoded as protobuf does (10-byte two's
+    complement varints). Zero rows give ``b""``.
     """
     return b"".join(iter_encoded_examples(features))
 
