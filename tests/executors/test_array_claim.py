@@ -75,16 +75,22 @@ def test_worker_killed_holding_a_lease_is_taken_over(seaweedfs, local_baseline):
     lease = 3
     doomed = subprocess.Popen(_cmd(out, "--claim", "--lease-seconds", str(lease)), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]:
-        assert doomed.poll() is None, doomed.communicate()
-        assert time.time() < deadline
-        time.sleep(0.02)
-    doomed.send_signal(signal.SIGKILL)  # dies holding the lease of a task in progress
+    # killed the moment it logs its first claim: the lease is written by then, and the task (the
+    # process's first, which also loads the tokenizer) has barely started. Watching the listing
+    # instead raced a fast worker: all 12 tasks could finish between two listings.
+    seen = []
+    for line in doomed.stderr:
+        seen.append(line)
+        if _claimed(line):
+            doomed.send_signal(signal.SIGKILL)  # dies holding the lease of a task in progress
+            break
     doomed.communicate()
+    assert doomed.returncode == -signal.SIGKILL, "".join(seen)
+    (claimed,) = _claimed("".join(seen))
     orphan = [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]
     assert len(orphan) == 1
     orphan_task = orphan[0].split("/")[1][: -len(".json")]
+    assert orphan_task == claimed and f"_tasks/{claimed}.json" not in seaweedfs.keys(out)
     killed_at = time.time()
 
     (rescuer,) = _run_workers([_cmd(out, "--claim", "--lease-seconds", str(lease))], env)
