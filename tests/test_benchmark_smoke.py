@@ -35,3 +35,25 @@ def test_prepare_bench_smoke(tmp_path):
     assert result["rss_flatness"]["max_over_min"] >= 1
     assert result["planning"]["tasks"] >= 1
     assert result["machine"]["cpus"] >= 1
+
+
+def test_workers_timeline_smoke(tmp_path):
+    """One round of one and two workers on 2 MB: every task is on the timeline, the phases add up."""
+    out = tmp_path / "timeline.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "workers_timeline.py"), "--size", "2MB", "--tasks", "4",
+         "--repeats", "1", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--workers 2 / --workers 1:" in proc.stdout
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"1", "2"}
+    for workers, (run,) in result["runs"].items():
+        assert run["workers"] == int(workers) and run["tasks"] == 4 and len(run["spans"]) == 4
+        parts = run["before_first_task"] + run["tasks_window"] + run["after_last_task"]
+        assert abs(parts - run["total"]) < 0.005, run
+        assert 0 < run["tokenizer load"] <= run["start_run"] <= run["before_first_task"]
+        assert run["task_seconds"] > 0 and all(a < b for a, b in run["spans"])
+    assert "pool start" in result["runs"]["2"][0] and "pool start" not in result["runs"]["1"][0]
