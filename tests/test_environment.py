@@ -1,8 +1,15 @@
-"""The S3 settings a driver hands to its Ray workers (environment.StorageEnvironment)."""
+"""The process environment (mlm_pipeline.environment): the S3 settings a driver hands to its Ray
+workers, and the allocator setting of a process that runs tasks."""
 
 from __future__ import annotations
 
 import pickle
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
 
 from mlm_pipeline.environment import StorageEnvironment
 
@@ -29,3 +36,34 @@ def test_storage_settings_travel_and_credentials_only_to_a_worker_without_its_ow
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     storage.apply()
     assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == ("driver-key", "driver-secret-value")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_a_task_process_takes_large_arrays_from_the_heap_and_keeps_them():
+    """After ``keep_freed_memory`` a 64 MB array lies in the ``[heap]`` mapping (not a fresh
+    ``mmap`` of its own), and freeing it leaves the heap as large: the next block reuses it."""
+    script = textwrap.dedent("""
+        import ctypes
+        import numpy as np
+        from mlm_pipeline.environment import keep_freed_memory
+
+        sbrk = ctypes.CDLL(None).sbrk
+        sbrk.restype = ctypes.c_void_p
+        start = next(int(line.split("-")[0], 16) for line in open("/proc/self/maps") if line.rstrip().endswith("[heap]"))
+
+        def in_heap(a):
+            return start <= a.ctypes.data < sbrk(0)
+
+        before = np.ones(64 << 20, np.uint8)
+        print(in_heap(before))
+        del before
+        print(keep_freed_memory(), keep_freed_memory())
+        a = np.ones(64 << 20, np.uint8)
+        print(in_heap(a))
+        top = sbrk(0)
+        del a
+        print(sbrk(0) == top)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:4] == ["False", "True True", "True", "True"], proc.stdout

@@ -30,7 +30,6 @@ the local pool's worker initializer, the Ray task body, ``load_tokenizer``, the 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 from dataclasses import dataclass
@@ -106,8 +105,9 @@ def keep_freed_memory() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # the symbols this process already has (glibc's among them): ``find_library`` would run
+        # ``ldconfig`` in a subprocess, 2-3 ms at every worker's start
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     _allocator_tuned = bool(mallopt(_M_MMAP_THRESHOLD, _KEPT_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_BYTES))
