@@ -90,6 +90,7 @@ class S3Server:
     bucket: str
     log: Path
     sockets: list[Path] = field(default_factory=list)  # files the server leaves unless removed
+    _client: object = field(default=None, repr=False, compare=False)
 
     def env(self) -> dict:
         return {
@@ -101,10 +102,14 @@ class S3Server:
         }
 
     def client(self):
-        import boto3
+        """One boto3 client for the server's life: making one takes tens of milliseconds, and a
+        test polling ``keys`` must see the bucket far more often than that."""
+        if self._client is None:
+            import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+            self._client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                                        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+        return self._client
 
     def new_prefix(self, label: str = "t") -> str:
         return f"s3://{self.bucket}/{label}-{uuid.uuid4().hex[:8]}"
