@@ -1,6 +1,6 @@
 """The process environment mlm-pipeline relies on, set in one place.
 
-Two variables matter, and both must be set before the library that reads them starts:
+Three variables matter, and each must be set before the library that reads it starts:
 
 * ``AWS_ENDPOINT_URL``: an S3-compatible endpoint (``--s3-endpoint-url``). botocore reads it when a
   client is made, so every process that touches storage sets it first: the driver, the ``finalize``
@@ -14,6 +14,15 @@ Two variables matter, and both must be set before the library that reads them st
   off in pool workers, Ray tasks and a driver that runs tasks itself. Elsewhere (``inspect``,
   training) it only defaults to off, keeping a user's own setting, which also silences the
   tokenizers' warning about a pool that a forked process would inherit.
+
+* ``OPENBLAS_NUM_THREADS``: numpy's bundled OpenBLAS starts a thread per core when numpy is
+  imported, and each spins for about 0.1 s before it sleeps. Nothing here multiplies matrices, so
+  that is only CPU taken from the work: 0.1 s of a core per extra core, in every process that
+  imports numpy, and a spawned pool's workers all import it at once (a spawned ``--workers 2``
+  run of 4 MB on a 2-vCPU VM: 0.47-0.50 s with one thread, 0.52-0.59 s without). OpenBLAS reads
+  the variable when numpy is imported, so it defaults to 1 (a user's own setting kept) in the
+  command line before anything imports numpy, and in a driver before it spawns workers, which
+  import numpy before any code of ours runs in them (:func:`one_blas_thread`).
 
 A process that runs tasks also tunes glibc's allocator (where there is one) with ``mallopt``:
 large arrays come from the heap instead of fresh ``mmap`` calls, and freed heap memory is kept
@@ -71,6 +80,15 @@ class StorageEnvironment:
         return f"StorageEnvironment({', '.join(names)})"
 
 
+BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+
+
+def one_blas_thread() -> None:
+    """Default numpy's OpenBLAS to one thread in this process (if numpy is not imported yet) and
+    in the processes it starts from now on; a user's own setting is kept."""
+    os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
+
+
 def configure_process(s3_endpoint_url: str | None = None, *, runs_tasks: bool = False,
                       storage: StorageEnvironment | None = None) -> None:
     """Set this process's environment (see the module docstring); safe to call more than once.
@@ -114,4 +132,4 @@ def keep_freed_memory() -> bool:
     return _allocator_tuned
 
 
-__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory"]
+__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory", "one_blas_thread"]

@@ -3,6 +3,10 @@ markers; completion (markers on disk) is the tasks', the manifest is the driver'
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from helpers_run import INPUTS, make_config
@@ -166,3 +170,34 @@ def test_pool_workers_are_forked_only_from_a_single_threaded_process_and_write_t
     one = run_prepare(make_config(INPUTS, tmp_path / "one-worker"))
     assert one["tasks"] > 2
     assert {comparable(m) == comparable(one) for m in manifests.values()} == {True}
+
+
+_SPAWNED_WORKER = """
+import os, threading, time
+from pathlib import Path
+threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()  # the driver spawns
+from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.executors.local import TaskPool
+pool = TaskPool(PrepareConfig(inputs=["x"], output=os.devnull, tokenizer="bert-base-uncased"), 2)
+status = pool._pool.submit(Path.read_text, Path("/proc/self/status")).result()
+print(pool.start_method, pool._pool.submit(os.getenv, "OPENBLAS_NUM_THREADS").result(),
+      status.split("Threads:")[1].split()[0])
+pool.close(cancel=False)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                    reason="counts a worker's threads in /proc; OpenBLAS starts none on one core")
+def test_a_spawned_worker_starts_with_one_blas_thread_unless_the_user_says_otherwise():
+    """A spawned worker imports numpy before any code of ours runs in it, so the driver sets
+    OPENBLAS_NUM_THREADS for it: the worker has its main thread and its parent watch, and no
+    OpenBLAS thread spinning beside the others' start-up. A user's own setting is kept."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", _SPAWNED_WORKER], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["spawn", "1", "2"]
+    done = subprocess.run([sys.executable, "-c", _SPAWNED_WORKER], capture_output=True, text=True,
+                          env={**env, "OPENBLAS_NUM_THREADS": "2"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["spawn", "2", "3"]  # and its OpenBLAS thread

@@ -28,7 +28,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Iterable, Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.environment import configure_process
+from mlm_pipeline.environment import configure_process, one_blas_thread
 from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.executors.base import Failures, ProgressFn, run_one, worker_count
 from mlm_pipeline.plan import Task
@@ -152,6 +152,8 @@ class TaskPool:
     def _start_pool(self) -> None:
         # chosen again at each (re)start: threads may have come or gone since
         self._ctx = mp.get_context(start_method())
+        if self._ctx.get_start_method() != "fork":
+            one_blas_thread()  # a spawned worker imports numpy before any code of ours runs in it
         # a fresh queue with each pool: a worker killed while sending holds the old queue's lock
         self._queue = self._ctx.Queue()
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx, initializer=_init_worker,
