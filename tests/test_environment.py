@@ -3,7 +3,6 @@ workers, and the allocator setting of a process that runs tasks."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import platform
 import subprocess
@@ -68,19 +67,3 @@ def test_a_task_process_takes_large_arrays_from_the_heap_and_keeps_them():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:4] == ["False", "True True", "True", "True"], proc.stdout
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
-                    reason="counts threads in /proc; OpenBLAS starts none on one core")
-def test_the_command_line_loads_numpy_with_one_blas_thread_unless_the_user_says_otherwise():
-    """Importing the command line (what ``mlm-pipeline`` does first) leaves no OpenBLAS thread
-    beside Python's own: each would spin for ~0.1 s of a core. A user's own setting is kept."""
-    script = ("import os, threading, mlm_pipeline.cli, numpy; "
-              "print(os.environ['OPENBLAS_NUM_THREADS'], "
-              "int(open('/proc/self/status').read().split('Threads:')[1].split()[0]) - threading.active_count())")
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    for setting, expected in [(None, "1 0"), ("2", "2 1")]:
-        run_env = env if setting is None else {**env, "OPENBLAS_NUM_THREADS": setting}
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=run_env, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.strip() == expected

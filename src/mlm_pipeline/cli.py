@@ -12,10 +12,6 @@ Help text is escaped for rich, so ``[torch]`` or ``[CLS]`` show as written.
 
 from __future__ import annotations
 
-from mlm_pipeline.environment import one_blas_thread
-
-one_blas_thread()  # before anything below imports numpy (see mlm_pipeline.environment)
-
 import json
 import logging
 import os

@@ -16,13 +16,13 @@ Three variables matter, and each must be set before the library that reads it st
   tokenizers' warning about a pool that a forked process would inherit.
 
 * ``OPENBLAS_NUM_THREADS``: numpy's bundled OpenBLAS starts a thread per core when numpy is
-  imported, and each spins for about 0.1 s before it sleeps. Nothing here multiplies matrices, so
-  that is only CPU taken from the work: 0.1 s of a core per extra core, in every process that
-  imports numpy, and a spawned pool's workers all import it at once (a spawned ``--workers 2``
-  run of 4 MB on a 2-vCPU VM: 0.47-0.50 s with one thread, 0.52-0.59 s without). OpenBLAS reads
-  the variable when numpy is imported, so it defaults to 1 (a user's own setting kept) in the
-  command line before anything imports numpy, and in a driver before it spawns workers, which
-  import numpy before any code of ours runs in them (:func:`one_blas_thread`).
+  imported, and each spins for about 0.1 s before it sleeps. Nothing a task does multiplies
+  matrices, and a spawned pool's workers all import numpy at once, each with a thread per core
+  spinning beside the others' start-up (a spawned ``--workers 2`` run of 4 MB on a 2-vCPU VM:
+  0.47-0.50 s with one thread, 0.52-0.59 s without). A spawned worker imports numpy before any
+  code of ours runs in it, so the driver sets the variable to 1 (a user's own setting kept) before
+  it spawns them (:func:`one_blas_thread`). Forked workers inherit numpy loaded and start no
+  thread; the driver itself and training keep the default.
 
 A process that runs tasks also tunes glibc's allocator (where there is one) with ``mallopt``:
 large arrays come from the heap instead of fresh ``mmap`` calls, and freed heap memory is kept
@@ -84,8 +84,8 @@ BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
 
 
 def one_blas_thread() -> None:
-    """Default numpy's OpenBLAS to one thread in this process (if numpy is not imported yet) and
-    in the processes it starts from now on; a user's own setting is kept."""
+    """Default numpy's OpenBLAS to one thread in the processes this one starts from now on (and in
+    this one, if numpy is not imported yet); a user's own setting is kept."""
     os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
 
 
