@@ -467,17 +467,24 @@ def build_input(source: Path, size: int, dest: Path) -> Path:
     return dest
 
 
-def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None) -> list[dict]:
-    """Run one measurement per spec, all at the same time, each in its own process."""
+def child_env(pycache: Path | None) -> dict:
+    """The environment of a measured process: this checkout's sources first, one tokenizer
+    thread, and (with ``pycache``) bytecode cached there as in any normal installation (some
+    environments disable it, and then every process, pool workers included, recompiles numpy,
+    pyarrow, pydantic... on import)."""
     env = dict(os.environ)
     if pycache is not None:
-        # Bytecode cached as in any normal installation (some environments disable it, and then
-        # every process, pool workers included, recompiles numpy, pyarrow, pydantic... on import).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
     src = str(REPO / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["TOKENIZERS_PARALLELISM"] = "false"
+    return env
+
+
+def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None) -> list[dict]:
+    """Run one measurement per spec, all at the same time, each in its own process."""
+    env = child_env(pycache)
     started = time.perf_counter()
     procs = [
         subprocess.Popen(

@@ -97,11 +97,9 @@ def _child(spec: dict) -> dict:
 
 
 def _run_child(spec: dict, workdir: Path) -> dict:
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as in a normal installation
-    env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
-    env["PYTHONPATH"] = str(REPO / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["TOKENIZERS_PARALLELISM"] = "false"
+    from prepare_bench import child_env
+
+    env = child_env(workdir / "pycache")
     shutil.rmtree(spec["output"], ignore_errors=True)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
                           capture_output=True, text=True, env=env, timeout=spec["timeout"])
