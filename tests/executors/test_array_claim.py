@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -79,14 +80,20 @@ def test_worker_killed_holding_a_lease_is_taken_over(seaweedfs, local_baseline):
     # process's first, which also loads the tokenizer) has barely started. Watching the listing
     # instead raced a fast worker: all 12 tasks could finish between two listings.
     seen = []
-    for line in doomed.stderr:
-        seen.append(line)
-        if _claimed(line):
-            doomed.send_signal(signal.SIGKILL)  # dies holding the lease of a task in progress
-            break
-    doomed.communicate()
-    assert doomed.returncode == -signal.SIGKILL, "".join(seen)
-    (claimed,) = _claimed("".join(seen))
+    watchdog = threading.Timer(120, doomed.kill)  # a worker that never claims ends the loop below
+    watchdog.start()
+    try:
+        for line in doomed.stderr:
+            seen.append(line)
+            if _claimed(line):
+                doomed.send_signal(signal.SIGKILL)  # dies holding the lease of a task in progress
+                break
+        doomed.communicate()
+    finally:
+        watchdog.cancel()
+    claims = _claimed("".join(seen))
+    assert len(claims) == 1 and doomed.returncode == -signal.SIGKILL, "".join(seen)
+    (claimed,) = claims
     orphan = [k for k in seaweedfs.keys(out) if k.startswith("_leases/")]
     assert len(orphan) == 1
     orphan_task = orphan[0].split("/")[1][: -len(".json")]
