@@ -431,8 +431,9 @@ CHILDREN = {"raw": _child_raw, "fast": _child_fast, "prepare": _child_prepare, "
 
 def child_main(spec_json: str) -> None:
     spec = json.loads(spec_json)
-    if spec.get("pin") is not None:  # one core, as the targets are stated (pool workers inherit it)
-        os.sched_setaffinity(0, {spec["pin"]})
+    pin = spec.get("pin")
+    if pin is not None:  # one core, as the targets are stated, or a list of them (pool workers inherit it)
+        os.sched_setaffinity(0, set(pin) if isinstance(pin, list) else {pin})
     result = CHILDREN[spec["kind"]](spec)
     result["self_peak_rss_mb"] = round(_self_peak_rss_mb(), 1)
     print(RESULT_TAG + json.dumps(result), flush=True)

@@ -57,3 +57,27 @@ def test_workers_timeline_smoke(tmp_path):
         assert 0 < run["tokenizer load"] <= run["start_run"] <= run["before_first_task"]
         assert run["task_seconds"] > 0 and all(a < b for a, b in run["spans"])
     assert "pool start" in result["runs"]["2"][0] and "pool start" not in result["runs"]["1"][0]
+
+
+def test_scaling_smoke(tmp_path):
+    """One and two workers on 4 MB beside one and two raw processes on 1 MB: every row there, the
+    speed-ups relative to one worker."""
+    out = tmp_path / "scaling.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "scaling.py"), "--size", "4MB", "--raw-size", "1MB",
+         "--workers", "2", "--tasks", "4", "--repeats", "1", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert [row["workers"] for row in result["rows"]] == [1, 2]
+    one, two = result["rows"]
+    assert one["prepare_speedup"] == one["raw_speedup"] == 1.0
+    for row in (one, two):
+        assert row["prepare_mb_per_s"] > 0 and row["raw_mb_per_s"] > 0
+        assert abs(row["prepare_mb_per_s_per_core"] * row["workers"] - row["prepare_mb_per_s"]) < 0.05
+    (prepare_two,) = result["runs"]["prepare-2"]
+    assert prepare_two["tasks"] == 4
+    (raw_two,) = result["runs"]["raw-2"]
+    assert raw_two["tokens"] > 0
