@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from itertools import chain
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.read.base import Piece
@@ -114,7 +114,11 @@ class LineReader:
         self._bom_pending = 0  # the dropped mark's bytes, not yet added to an offset
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
-        for start, lines, too_long in self.runs():
+        return self.lines_of(self.runs())
+
+    def lines_of(self, runs: Iterable[tuple[int, list[bytes], bool]]) -> Iterator[tuple[int, bytes, bool]]:
+        """The lines of ``runs`` of this reader one at a time, ``pos`` past each as it is given out."""
+        for start, lines, too_long in runs:
             if len(lines) == 1:
                 yield start, lines[0], too_long
                 continue
@@ -318,18 +322,8 @@ class OwnedLines:
         return self._lines.bom
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
-        lines = self._lines
-        it = iter(lines)
-        if self._piece.start == 0:
-            return it
-        for first in it:
-            if self._is_boundary(first[1], first[2]):
-                break
-        else:
-            self._span_start = self._span_end = lines.pos
-            return iter(())
-        self._span_start = first[0]
-        return chain([first], it)
+        """The owned lines one at a time: :meth:`runs`, line by line."""
+        return self._lines.lines_of(self.runs())
 
     def runs(self) -> Iterator[tuple[int, list[bytes], bool]]:
         """The owned lines in the runs of :meth:`LineReader.runs` (the first run starting at the
