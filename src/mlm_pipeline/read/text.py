@@ -130,9 +130,11 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                 start += len(line) + 1
             return False
 
-        def in_bulk(start: int, lines: list[bytes], stripped: list[str], blank: list[int], size: int):
+        def in_bulk(start: int, lines: list[bytes], stripped: list[str], blank: list[int], ends: list[int]):
             """Read lines whose blank lines (``blank``, indices) all start before the range's end;
-            ``stripped``: the lines decoded and stripped; ``size``: their bytes with line ends."""
+            ``stripped``: the lines decoded and stripped; ``ends[i]``: where line ``i`` ends (past
+            its line end) from ``start``."""
+            size = ends[len(lines) - 1] if lines else 0
             if not blank:  # every line goes on with the document in progress
                 if doc.size + size <= limit:
                     doc.extend(start, lines, size)
@@ -142,8 +144,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
             yield from one_by_one(start, lines[: blank[0] + 1], False)
             middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
             yield from _documents(middle, options, stats, replaced=False)
-            tail = lines[blank[-1] + 1 :]
-            yield from one_by_one(start + size - sum(map(len, tail)) - len(tail), tail, False)
+            yield from one_by_one(start + ends[blank[-1]], lines[blank[-1] + 1 :], False)
 
         for start, lines, too_long in owned.runs():
             decoded = None
@@ -162,10 +163,9 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                 first = bisect_left(starts, piece.end - start)
                 if first < len(blank):
                     stop, blank = blank[first], blank[:first]
-            size = ends[stop - 1] if stop else 0
-            yield from in_bulk(start, lines[:stop], stripped, blank, size)
+            yield from in_bulk(start, lines[:stop], stripped, blank, ends)
             if stop < len(lines):  # the range ends at this blank line
-                yield from one_by_one(start + size, lines[stop : stop + 1], False)
+                yield from one_by_one(start + (ends[stop - 1] if stop else 0), lines[stop : stop + 1], False)
                 return
         if doc.lines:
             yield from _emit(doc.take(), piece, options, stats, owned.bom)
