@@ -512,21 +512,28 @@ def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) ->
     return run_children([spec], timeout, pycache)[0]
 
 
+def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pycache: Path | None) -> dict:
+    """``len(pins)`` raw processes at once, process ``i`` on part ``i`` of the input and pinned to
+    ``pins[i]`` (None: not pinned). Elapsed: the slowest; tokens and CPU seconds: summed; RSS:
+    each process's."""
+    parts = run_children([{**spec, "kind": "raw", "part": [i, len(pins)], "pin": pin} for i, pin in enumerate(pins)],
+                         timeout, pycache)
+    return {
+        "seconds": max(p["seconds"] for p in parts),
+        "cpu_seconds": sum(p["cpu_seconds"] for p in parts),
+        "tokens": sum(p["tokens"] for p in parts),
+        "lines": sum(p["lines"] for p in parts),
+        "self_peak_rss_mb": max(p["self_peak_rss_mb"] for p in parts),
+        "worker_peak_rss_mb": sorted(p["self_peak_rss_mb"] for p in parts),
+        "process_wall_seconds": parts[0]["process_wall_seconds"],
+    }
+
+
 def run_variant(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
-    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once
-    (elapsed: the slower one; tokens and CPU seconds: summed; RSS: each process's)."""
+    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once."""
     if spec["kind"] != "raw-x2":
         return run_child(spec, timeout, pycache)
-    halves = run_children([{**spec, "kind": "raw", "part": [i, 2]} for i in range(2)], timeout, pycache)
-    return {
-        "seconds": max(h["seconds"] for h in halves),
-        "cpu_seconds": sum(h["cpu_seconds"] for h in halves),
-        "tokens": sum(h["tokens"] for h in halves),
-        "lines": sum(h["lines"] for h in halves),
-        "self_peak_rss_mb": max(h["self_peak_rss_mb"] for h in halves),
-        "worker_peak_rss_mb": sorted(h["self_peak_rss_mb"] for h in halves),
-        "process_wall_seconds": halves[0]["process_wall_seconds"],
-    }
+    return run_raw_parts(spec, [spec.get("pin"), spec.get("pin")], timeout, pycache)
 
 
 def machine_info() -> dict:

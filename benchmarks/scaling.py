@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "src"))
 
 from prepare_bench import (  # noqa: E402
-    PREPARE_VARIANTS, build_input, load_average, machine_info, run_children,
+    PREPARE_VARIANTS, build_input, load_average, machine_info, run_children, run_raw_parts,
 )
 
 
@@ -49,9 +49,9 @@ def prepare_spec(inp: Path, args, work: Path, workers: int, cores: list[int], sp
             "pin": cores[:workers], "output": str(work / f"out-w{workers}"), "config": config}
 
 
-def raw_specs(inp: Path, args, workers: int, cores: list[int]) -> list[dict]:
-    return [{"kind": "raw", "input": str(inp), "vocab": args.vocab, "seq": args.max_seq_length,
-             "batch_lines": args.batch_lines, "pin": cores[i], "part": [i, workers]} for i in range(workers)]
+def raw_spec(inp: Path, args) -> dict:
+    return {"kind": "raw", "input": str(inp), "vocab": args.vocab, "seq": args.max_seq_length,
+            "batch_lines": args.batch_lines}
 
 
 def measure(kind: str, workers: int, inp: Path, args, work: Path, cores: list[int], split_bytes: int,
@@ -63,8 +63,8 @@ def measure(kind: str, workers: int, inp: Path, args, work: Path, cores: list[in
         seconds, extra = result["seconds"], {"tasks": result["tasks"],
                                               "worker_peak_rss_mb": result["worker_peak_rss_mb"]}
     else:
-        parts = run_children(raw_specs(inp, args, workers, cores), args.timeout, pycache)
-        seconds, extra = max(p["seconds"] for p in parts), {"tokens": sum(p["tokens"] for p in parts)}
+        result = run_raw_parts(raw_spec(inp, args), cores[:workers], args.timeout, pycache)
+        seconds, extra = result["seconds"], {"tokens": result["tokens"]}
     mb_s = size / seconds / 1e6
     return {"seconds": round(seconds, 4), "mb_per_s": round(mb_s, 2), "mb_per_s_per_core": round(mb_s / workers, 2),
             **extra}
