@@ -201,3 +201,32 @@ def test_a_spawned_worker_starts_with_one_blas_thread_unless_the_user_says_other
                           env={**env, "OPENBLAS_NUM_THREADS": "2"}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["spawn", "2", "3"]  # and its OpenBLAS thread
+
+
+def test_a_task_given_to_a_pool_a_worker_broke_since_the_last_wait_runs_in_a_new_pool(tmp_path):
+    """A worker that dies while the driver is submitting (workers killed as they start) breaks the
+    pool before the next ``wait``; the pool then refuses new work. That task is not lost and the
+    run does not crash: it fails as the pool's other tasks do, and runs in the new pool."""
+    import signal
+    import time
+
+    from mlm_pipeline.executors.local import TaskPool
+    from mlm_pipeline.run.state import start_run
+
+    config = make_config(INPUTS, tmp_path / "out", workers=2)
+    first, second = start_run(config).pending[:2]
+    pool = TaskPool(config, 2)
+    try:
+        for pid in list(pool._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not pool._pool._broken:  # the pool's manager thread has seen the deaths
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        futures = {pool.submit(first, lambda delta: None), pool.submit(second, lambda delta: None)}
+        done: set = set()
+        while len(done) < 2 and time.monotonic() < deadline + 60:
+            done |= pool.wait(futures - done, lambda delta: None)
+        assert sorted(f.result()["task_id"] for f in done) == sorted([first.task_id, second.task_id])
+    finally:
+        pool.close(cancel=True)

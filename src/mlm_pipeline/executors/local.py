@@ -180,7 +180,7 @@ class TaskPool:
         """Start ``task``; in this process it runs to the end before this returns."""
         fut: Future = Future()
         if self._pool is not None:
-            self._jobs[fut] = [task, self._pool.submit(_run_in_worker, task, self.config), 0]
+            self._jobs[fut] = [task, self._submit_to_pool(task), 0]
             return fut
         try:
             fut.set_result(run_one(task, self.config, progress=on_progress))
@@ -189,6 +189,17 @@ class TaskPool:
         except Exception as exc:  # noqa: BLE001 - reported through the future
             fut.set_exception(exc)
         return fut
+
+    def _submit_to_pool(self, task: Task) -> Future:
+        """The pool's future of ``task``. A pool a worker broke since the last ``wait`` refuses
+        new work: the task then gets a future failed as the pool's own futures fail, and the next
+        ``wait`` starts a new pool for it like for them."""
+        try:
+            return self._pool.submit(_run_in_worker, task, self.config)
+        except BrokenProcessPool as exc:
+            refused: Future = Future()
+            refused.set_exception(exc)
+            return refused
 
     def wait(self, futures: Iterable[Future], on_progress: ProgressFn, timeout: float = 0.5) -> set[Future]:
         """The futures done within ``timeout`` (at least one if any is done); passes progress on."""
@@ -247,7 +258,7 @@ class TaskPool:
                     fut.set_exception(WorkerDied(f"{how}; it lost its worker {deaths} times, giving up"))
                     continue
                 log.warning("%s; running it again in a new worker (%d of %d)", how, deaths + 1, MAX_WORKER_DEATHS)
-            self._jobs[fut] = [task, self._pool.submit(_run_in_worker, task, self.config), deaths]
+            self._jobs[fut] = [task, self._submit_to_pool(task), deaths]
         for pid in sorted(culprits - charged):
             log.warning("worker process %d %s between tasks; its pool was started again", pid,
                         describe_exit(exits[pid]))
