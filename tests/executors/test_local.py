@@ -217,6 +217,7 @@ def test_a_task_given_to_a_pool_a_worker_broke_since_the_last_wait_runs_in_a_new
     first, second = start_run(config).pending[:2]
     pool = TaskPool(config, 2)
     try:
+        pool._pool.submit(os.getpid).result(timeout=60)  # a worker is up (a spawning pool starts them on demand)
         for pid in list(pool._pool._processes):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
