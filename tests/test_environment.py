@@ -13,6 +13,8 @@ import pytest
 
 from mlm_pipeline.environment import StorageEnvironment
 
+from conftest import SAMPLE
+
 
 def test_storage_settings_travel_and_credentials_only_to_a_worker_without_its_own(monkeypatch):
     for key, value in {"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_DEFAULT_REGION": "eu-west-3",
@@ -67,3 +69,46 @@ def test_a_task_process_takes_large_arrays_from_the_heap_and_keeps_them():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:4] == ["False", "True True", "True", "True"], proc.stdout
+
+
+def test_a_task_runs_with_the_collector_off_what_was_alive_before_it(tmp_path, monkeypatch):
+    """A run in this process (one worker): during each task the objects alive when it started are
+    frozen and the youngest generation waits for 10,000 new objects, so no full collection walks
+    the process's imports; both are put back when the task ends."""
+    import gc
+
+    import mlm_pipeline.executors.base as base
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+
+    seen = []
+    original = base.run_task
+
+    def recording(task, config, progress=None):
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        return original(task, config, progress=progress)
+
+    monkeypatch.setattr(base, "run_task", recording)
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    run_prepare(PrepareConfig(inputs=[str(SAMPLE / "wikitext2-train-1MB.txt")], output=str(tmp_path / "out"),
+                              tokenizer=str(SAMPLE / "bert-base-uncased-vocab.txt"), workers=1,
+                              split_bytes=300_000, progress=False))
+    assert len(seen) == 4
+    # (the imports alone are tens of thousands of objects)
+    assert all(count > 1000 and young >= 10_000 for count, young in seen), seen
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
+
+
+def test_the_collector_keeps_what_a_pool_worker_froze_before_its_tasks():
+    import gc
+
+    from mlm_pipeline.environment import quiet_collector
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with quiet_collector():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

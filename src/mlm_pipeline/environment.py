@@ -32,6 +32,16 @@ one, which measured 2-3x slower than reusing memory (a numpy ``cumsum`` or fill 
 VM). Peak RSS is unchanged (the memory was held at the peak anyway); it is just not handed back
 between blocks.
 
+While a task runs, Python's cyclic garbage collector leaves alone the objects that were alive when
+it started (:func:`quiet_collector`: ``gc.freeze``), and collects its youngest generation after
+10,000 new container objects instead of 700. A task's hot path is numpy and Rust; the Python
+objects it makes (a block's documents, a list each) are freed by reference counting, so the
+collector finds little to collect (about 1,000 objects in 100 MB of text). A single-worker run of 100 MB of text (2-vCPU VM, 1.5 s) made
+149 collections taking 36 ms with the defaults, 22 ms of it one full collection walking every
+object the imports made; with the change it made 8, taking 2 ms. A pool worker also freezes what
+it inherits when it starts, so no collection writes to (and so copies) pages it shares with its
+parent.
+
 Every entry point calls :func:`configure_process` (the CLI commands, :func:`~mlm_pipeline.pipeline.run_prepare`,
 the local pool's worker initializer, the Ray task body, ``load_tokenizer``, the training entry).
 """
@@ -39,9 +49,12 @@ the local pool's worker initializer, the Ray task body, ``load_tokenizer``, the 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
 TOKENIZER_THREADS_VARIABLE = "TOKENIZERS_PARALLELISM"
@@ -132,4 +145,24 @@ def keep_freed_memory() -> bool:
     return _allocator_tuned
 
 
-__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory", "one_blas_thread"]
+TASK_YOUNG_GENERATION = 10_000  # container objects allocated (net) before the youngest generation is collected
+
+
+@contextmanager
+def quiet_collector() -> Iterator[None]:
+    """Run a task with the collector tuned as the module docstring says, and put it back after
+    (the objects this froze are unfrozen; objects frozen before, as in a pool worker, stay so)."""
+    threshold = gc.get_threshold()
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
+    gc.set_threshold(max(threshold[0], TASK_YOUNG_GENERATION), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if ours:
+            gc.unfreeze()
+
+
+__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory", "one_blas_thread", "quiet_collector"]

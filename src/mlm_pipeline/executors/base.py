@@ -24,6 +24,7 @@ import os
 from typing import Iterator, Protocol, Sequence
 
 from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.environment import quiet_collector
 from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.plan import Task
 from mlm_pipeline.task import ProgressFn, run_task
@@ -41,9 +42,11 @@ def run_one(task: Task, config: PrepareConfig, progress: ProgressFn | None = Non
     """The body of one task in whichever process runs it; returns the task's marker.
 
     The process's environment is set by its executor's entry point before this is called
-    (:func:`mlm_pipeline.environment.configure_process`).
+    (:func:`mlm_pipeline.environment.configure_process`); the garbage collector is tuned here, for
+    the task only (:func:`mlm_pipeline.environment.quiet_collector`).
     """
-    return run_task(task, config, progress=progress)
+    with quiet_collector():
+        return run_task(task, config, progress=progress)
 
 
 log = logging.getLogger("mlm_pipeline")
