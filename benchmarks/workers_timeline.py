@@ -14,6 +14,10 @@ it under N. Each run is one ``run_prepare`` call in a fresh process (imported as
 - **after the last task**: the pool's shutdown (waiting for its worker processes to exit) and the
   manifest.
 
+Each run also reports the CPU seconds (user, system) and minor page faults of the driver and, apart,
+of its pool workers (``getrusage`` of the waited-for children): what N processes cost in all
+against one.
+
     python benchmarks/workers_timeline.py --input path/to/wikitext2-train.txt --size 100MB --tasks 4
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,9 +73,16 @@ def _child(spec: dict) -> dict:
     timed(pipeline, "write_manifest", "manifest")
     config = PrepareConfig(inputs=[spec["input"]], output=spec["output"], tokenizer=spec["vocab"],
                            workers=spec["workers"], split_bytes=spec["split_bytes"], progress=False)
+    own = resource.getrusage(resource.RUSAGE_SELF)
     started = time.time()
     manifest = pipeline.run_prepare(config)
     total = time.time() - started
+    own_after, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {"driver user": own_after.ru_utime - own.ru_utime, "driver system": own_after.ru_stime - own.ru_stime,
+           "driver faults": own_after.ru_minflt - own.ru_minflt}
+    if spec["workers"] > 1:
+        cpu.update({"workers user": children.ru_utime, "workers system": children.ru_stime,
+                    "workers faults": children.ru_minflt})
     spans = []
     for marker_path in sorted((Path(spec["output"]) / "_tasks").glob("*.json")):
         marker = json.loads(marker_path.read_text())
@@ -93,6 +105,7 @@ def _child(spec: dict) -> dict:
         "later_task_mean": round(statistics.fmean(later), 4) if later else None,
         "spans": [[round(s, 3), round(s + d, 3)] for s, d in spans],
         **{label: round(sum(values), 4) for label, values in marks.items()},
+        **{label: round(value, 4) for label, value in cpu.items()},
     }
 
 
@@ -111,7 +124,8 @@ def _run_child(spec: dict, workdir: Path) -> dict:
 
 
 SUMMARY_FIELDS = ["total", "tokenizer load", "start_run", "pool start", "before_first_task", "tasks_window",
-                  "first_task_mean", "later_task_mean", "pool shutdown", "manifest", "after_last_task", "task_seconds"]
+                  "first_task_mean", "later_task_mean", "pool shutdown", "manifest", "after_last_task", "task_seconds",
+                  "driver user", "driver system", "driver faults", "workers user", "workers system", "workers faults"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,12 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedians of {args.repeats} rounds, seconds ({text_bytes / 1e6:.0f} MB, {args.tasks} tasks)")
     print(f"{'':22}" + "".join(f"{'--workers ' + str(w):>14}" for w in summary))
     for field in SUMMARY_FIELDS:
-        if all(field in s for s in summary.values()):
-            print(f"{field:22}" + "".join(f"{s[field]:>14.3f}" for s in summary.values()))
-        elif field in summary[1]:
-            print(f"{field:22}{summary[1][field]:>14.3f}{'':>14}")
-        elif field in summary[args.workers]:
-            print(f"{field:22}{'':>14}{summary[args.workers][field]:>14.3f}")
+        digits = 0 if field.endswith("faults") else 3
+        cells = [f"{s[field]:>14.{digits}f}" if field in s else f"{'':>14}" for s in summary.values()]
+        if any(cell.strip() for cell in cells):
+            print(f"{field:22}" + "".join(cells))
     print(f"--workers {args.workers} / --workers 1: {statistics.median(ratios):.2f}x "
           f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
     if args.out:

@@ -38,7 +38,8 @@ def test_prepare_bench_smoke(tmp_path):
 
 
 def test_workers_timeline_smoke(tmp_path):
-    """One round of one and two workers on 2 MB: every task is on the timeline, the phases add up."""
+    """One round of one and two workers on 2 MB: every task is on the timeline, the phases add up,
+    the workers' CPU time and page faults are counted apart from the driver's."""
     out = tmp_path / "timeline.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.run(
@@ -57,6 +58,11 @@ def test_workers_timeline_smoke(tmp_path):
         assert 0 < run["tokenizer load"] <= run["start_run"] <= run["before_first_task"]
         assert run["task_seconds"] > 0 and all(a < b for a, b in run["spans"])
     assert "pool start" in result["runs"]["2"][0] and "pool start" not in result["runs"]["1"][0]
+    one, two = result["runs"]["1"][0], result["runs"]["2"][0]
+    assert "workers faults" not in one
+    # one worker runs the tasks in the driver; two do in their own processes, which fault in pages
+    assert one["driver user"] > two["driver user"] and two["workers user"] > two["driver user"]
+    assert two["workers faults"] > 1000
 
 
 def test_scaling_smoke(tmp_path):
