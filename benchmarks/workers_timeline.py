@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "src"))
     sys.path.insert(0, str(HERE))
     from mlm_pipeline.config import parse_size
-    from prepare_bench import build_input, machine_info
+    from prepare_bench import build_input, load_average, machine_info
 
     if args.workers > len(os.sched_getaffinity(0)):
         raise SystemExit(f"--workers {args.workers} needs as many cores; this process may use {len(os.sched_getaffinity(0))}")
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     text_bytes = text.stat().st_size
     split = -(-text_bytes // args.tasks)
     runs: dict[int, list[dict]] = {1: [], args.workers: []}
+    load_at_start = load_average()
     try:
         # unreported: fills the bytecode cache the measured runs use
         _run_child({"input": args.input, "output": str(workdir / "out"), "vocab": args.vocab, "workers": 1,
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
     if args.out:
         Path(args.out).write_text(json.dumps({
-            "benchmark": "workers_timeline", "machine": machine_info(), "size_bytes": text_bytes, "tasks": args.tasks,
+            "benchmark": "workers_timeline", "machine": machine_info(), "load_average_start": load_at_start,
+            "load_average_end": load_average(), "size_bytes": text_bytes, "tasks": args.tasks,
             "workers": args.workers, "repeats": args.repeats, "runs": {str(w): rs for w, rs in runs.items()},
             "medians": {str(w): s for w, s in summary.items()},
             "ratio_rounds": [round(r, 3) for r in ratios]}, indent=1) + "\n")

@@ -59,7 +59,7 @@ def test_workers_timeline_smoke(tmp_path):
         assert run["task_seconds"] > 0 and all(a < b for a, b in run["spans"])
     assert "pool start" in result["runs"]["2"][0] and "pool start" not in result["runs"]["1"][0]
     one, two = result["runs"]["1"][0], result["runs"]["2"][0]
-    assert "workers faults" not in one
+    assert "workers faults" not in one and "load_average_end" in result
     # one worker runs the tasks in the driver; two do in their own processes, which fault in pages
     assert one["driver user"] > two["driver user"] and two["workers user"] > two["driver user"]
     assert two["workers faults"] > 1000
