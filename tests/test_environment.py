@@ -102,9 +102,10 @@ def test_a_task_runs_with_the_collector_off_what_was_alive_before_it(tmp_path, m
 def test_the_collector_keeps_what_a_pool_worker_froze_before_its_tasks():
     import gc
 
-    from mlm_pipeline.environment import quiet_collector
+    from mlm_pipeline.environment import freeze_inherited_objects, quiet_collector
 
-    gc.freeze()
+    assert gc.get_freeze_count() == 0
+    freeze_inherited_objects()
     try:
         frozen = gc.get_freeze_count()
         with quiet_collector():
@@ -112,3 +113,31 @@ def test_the_collector_keeps_what_a_pool_worker_froze_before_its_tasks():
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_overlapping_tasks_leave_the_collector_as_it_was_and_a_switched_off_one_off():
+    """Two tasks in threads of one process (in-process runs), the first out while the second
+    runs, and a task that raises: the tuning holds until the last one ends, then all is put back;
+    a collector switched off (threshold 0) is not switched on by a task."""
+    import gc
+
+    from mlm_pipeline.environment import quiet_collector
+
+    threshold = gc.get_threshold()
+    first, second = quiet_collector(), quiet_collector()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold()[0] >= 10_000 and gc.get_freeze_count() > 0  # the second still runs
+    second.__exit__(None, None, None)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, 0)
+    with pytest.raises(RuntimeError):
+        with quiet_collector():
+            raise RuntimeError("a task failed")
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, 0)
+    gc.set_threshold(0)
+    try:
+        with quiet_collector():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*threshold)

@@ -52,6 +52,7 @@ import ctypes
 import gc
 import os
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -145,24 +146,50 @@ def keep_freed_memory() -> bool:
     return _allocator_tuned
 
 
-TASK_YOUNG_GENERATION = 10_000  # container objects allocated (net) before the youngest generation is collected
+TASK_GEN0_THRESHOLD = 10_000  # container objects allocated (net) before the youngest generation is collected
+
+_collector_lock = threading.Lock()
+_collector_users = 0  # tasks running in this process inside quiet_collector (threads: in-process runs)
+_collector_saved: tuple[tuple[int, ...], bool] | None = None  # the threshold, and whether we froze
 
 
 @contextmanager
 def quiet_collector() -> Iterator[None]:
-    """Run a task with the collector tuned as the module docstring says, and put it back after
-    (the objects this froze are unfrozen; objects frozen before, as in a pool worker, stay so)."""
-    threshold = gc.get_threshold()
-    ours = gc.get_freeze_count() == 0
-    if ours:
-        gc.freeze()
-    gc.set_threshold(max(threshold[0], TASK_YOUNG_GENERATION), *threshold[1:])
+    """Run a task with the collector tuned as the module docstring says; the first task in (of
+    tasks running at once in threads) tunes it and the last one out puts back the threshold and
+    unfreezes what was frozen for them. Objects frozen before (a pool worker's inheritance, a
+    user's own ``gc.freeze``) stay frozen; a collector switched off (threshold 0) stays off."""
+    global _collector_users, _collector_saved
+    with _collector_lock:
+        if _collector_users == 0:
+            threshold = gc.get_threshold()
+            ours = gc.get_freeze_count() == 0
+            if ours:
+                gc.collect(1)  # garbage of the young generations is collected, not frozen with the rest
+                gc.freeze()
+            if threshold[0]:
+                gc.set_threshold(max(threshold[0], TASK_GEN0_THRESHOLD), *threshold[1:])
+            _collector_saved = (threshold, ours)
+        _collector_users += 1
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
-        if ours:
-            gc.unfreeze()
+        with _collector_lock:
+            _collector_users -= 1
+            if _collector_users == 0 and _collector_saved is not None:
+                threshold, ours = _collector_saved
+                gc.set_threshold(*threshold)
+                if ours:
+                    gc.unfreeze()
+                _collector_saved = None
 
 
-__all__ = ["StorageEnvironment", "configure_process", "keep_freed_memory", "one_blas_thread", "quiet_collector"]
+def freeze_inherited_objects() -> None:
+    """In a pool worker, before any task: a forked worker's objects from its parent stay shared
+    with it (copy-on-write) only while nothing writes to them, and the collector would, visiting
+    each. Never undone: the worker is ours and lives for one run."""
+    gc.freeze()
+
+
+__all__ = ["StorageEnvironment", "configure_process", "freeze_inherited_objects", "keep_freed_memory",
+           "one_blas_thread", "quiet_collector"]

@@ -14,7 +14,6 @@ debug and profile).
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing as mp
 import os
@@ -28,7 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Iterable, Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.environment import configure_process, one_blas_thread
+from mlm_pipeline.environment import configure_process, freeze_inherited_objects, one_blas_thread
 from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.executors.base import Failures, ProgressFn, run_one, worker_count
 from mlm_pipeline.plan import Task
@@ -87,9 +86,7 @@ def _init_worker(progress_queue, s3_endpoint_url: str | None, parent_pid: int) -
     # not raise the parent's "stop the run" exception inside a task
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool
-    # the parent's objects stay shared with it (copy-on-write) only while nothing writes to
-    # them; the garbage collector would, visiting each one, so it leaves them alone from here
-    gc.freeze()
+    freeze_inherited_objects()
     configure_process(s3_endpoint_url, runs_tasks=True)
     _progress_queue = progress_queue
 
