@@ -60,9 +60,9 @@ def test_workers_timeline_smoke(tmp_path):
     assert "pool start" in result["runs"]["2"][0] and "pool start" not in result["runs"]["1"][0]
     one, two = result["runs"]["1"][0], result["runs"]["2"][0]
     assert "workers faults" not in one and "load_average_end" in result
-    # one worker runs the tasks in the driver; two do in their own processes, which fault in pages
-    assert one["driver user"] > two["driver user"] and two["workers user"] > two["driver user"]
-    assert two["workers faults"] > 1000
+    # the pool's workers run the tasks, touching fresh memory of their own (page faults are exact
+    # counts; CPU seconds are sampled, so only their presence is checked)
+    assert two["workers faults"] > 1000 and two["workers user"] + two["workers system"] > 0
 
 
 def test_scaling_smoke(tmp_path):

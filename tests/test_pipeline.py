@@ -193,13 +193,18 @@ def test_tokens_objective_is_unmasked_and_covers_every_token(tmp_path, tok):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, workers):
-    args = [str(WIKITEXT), "--tokenizer", str(VOCAB), "--split-size", "60KiB", "--dupe-factor", "3",
+    # 4 MB in about 60 tasks: work is left when the first task's marker appears
+    text = tmp_path / "wikitext-4x.txt"
+    text.write_bytes(WIKITEXT.read_bytes() * 4)
+    args = [str(text), "--tokenizer", str(VOCAB), "--split-size", "64KiB", "--dupe-factor", "3",
             "--workers", workers, "--no-progress", "--output", str(tmp_path / "o")]
-    # as from a terminal: a command started in the background by a shell without job control (a CI
-    # script's `&`, nohup) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
-    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # SIGINT raises KeyboardInterrupt, as in a terminal: a command started in the background by a
+    # shell without job control (a CI script's `&`, nohup) inherits SIGINT ignored, pytest too,
+    # and so would the command
+    as_from_a_terminal = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                          "runpy.run_module('mlm_pipeline.cli', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", as_from_a_terminal, "prepare", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 90
     while time.time() < deadline and not list((tmp_path / "o").glob("_tasks/*.json")):
         time.sleep(0.02)
