@@ -272,6 +272,36 @@ def test_pieces_do_not_read_much_past_their_end(tmp_path, monkeypatch):
     assert sum(reads) <= 2 * ranges.MIN_CHUNK_BYTES
 
 
+def test_a_range_of_whole_chunks_reads_only_a_little_past_its_end(tmp_path, monkeypatch):
+    """A 1 MiB range (read in 1 MiB chunks) reads up to its end and a tail of ``TAIL_BYTES``, not
+    a whole further chunk whose lines past the end would be split and decoded for nothing; the
+    documents are those of the whole file's reading that start in the range."""
+    path = tmp_path / "many.txt"
+    path.write_bytes(b"".join(b"document %d, one line of it\n\n" % i for i in range(100_000)))  # ~3 MB
+    start, end = 1 << 19, (1 << 19) + (1 << 20)
+    reads = []
+    real_open = ranges.open_decompressed
+
+    def counting_open(url, compression):
+        stream = real_open(url, compression)
+        real_read = stream.read
+
+        def read(n=-1):
+            data = real_read(n)
+            reads.append(len(data))
+            return data
+
+        stream.read = read
+        return stream
+
+    whole, _ = read_whole(path, "text")
+    monkeypatch.setattr(ranges, "open_decompressed", counting_open)
+    docs = read_cuts_range(path, start, end, ReadOptions())
+    first = whole.index(docs[0])
+    assert docs == whole[first : first + len(docs)] and 30_000 < len(docs) < 40_000
+    assert end - start < sum(reads) <= end - start + 2 * ranges.TAIL_BYTES, reads
+
+
 def test_non_local_filesystem_through_fsspec(corpus):
     """Files are opened through fsspec: an in-memory filesystem reads like local disk."""
     import fsspec

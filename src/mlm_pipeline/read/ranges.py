@@ -42,6 +42,9 @@ CHUNK_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 64 * 1024
 """Read size floor, for small ranges."""
 
+TAIL_BYTES = 16 * 1024
+"""Read size past a range's end, where only the lines up to its boundary line are needed."""
+
 _LONE_CR = re.compile(rb"\r(?!\n)")
 
 HEAD_BYTES = 64
@@ -172,13 +175,22 @@ class LineReader:
         self.pos = pos + self._take_bom()  # a mark not taken yet: the file is just a mark
 
     def _chunks(self, *, at_file_start: bool) -> Iterator[bytes]:
-        """The stream, ``chunk_bytes`` at a time; at the file start without its byte-order mark;
-        a lone ``\\r`` (old Mac line ends) turned into ``\\n`` (see :meth:`_line_ends`)."""
-        read, size = self._stream.read, self._chunk
-        chunk = read(size)
+        """The stream, ``chunk_bytes`` at a time (see :meth:`_read_size` near ``end``); at the file
+        start without its byte-order mark; a lone ``\\r`` (old Mac line ends) turned into ``\\n``
+        (see :meth:`_line_ends`)."""
+        offset = self._start - 1 if self._start > 0 else 0
+        stream = self._stream
+        read_at = offset  # where the next read starts in the stream
+
+        def read() -> bytes:
+            nonlocal read_at
+            data = stream.read(self._read_size(read_at))
+            read_at += len(data)
+            return data
+
+        chunk = read()
         if not chunk:
             return
-        offset = self._start - 1 if self._start > 0 else 0
         if at_file_start:
             chunk = self._drop_bom(chunk)
             offset += self.bom
@@ -194,9 +206,21 @@ class LineReader:
                 chunk = self._line_ends(chunk, offset)
             yield chunk  # (possibly empty: the first read was just the mark)
             offset += len(chunk)
-            chunk = read(size)
+            chunk = read()
         if carry:  # the file ends with a \r
             yield self._line_ends(carry, offset)
+
+    def _read_size(self, at: int) -> int:
+        """Bytes to read at offset ``at``: ``chunk_bytes``, except around ``end``. A range needs
+        only the lines up to its boundary line after ``end``, usually a few: a read that would pass
+        ``end`` stops ``TAIL_BYTES`` after it, and reads past it grow from ``TAIL_BYTES`` by
+        doubling (a document that goes on far past ``end`` is still read in whole chunks). A
+        whole chunk read there was split and decoded for nothing: half a chunk per range on
+        average, 2-3 ms of each 4 MB range."""
+        if self.end is None:
+            return self._chunk
+        to_end = self.end - at
+        return min(self._chunk, to_end + TAIL_BYTES if to_end > 0 else max(TAIL_BYTES, -to_end))
 
     def _line_ends(self, data: bytes, offset: int) -> bytes:
         """``data`` (file bytes from ``offset``) with each lone ``\\r`` made a ``\\n``, the way
