@@ -121,7 +121,6 @@ def test_generated_files_any_cuts_any_chunking(tmp_path, fmt, bits, data):
     chunk = data.draw(st.integers(1, 16))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ranges, "CHUNK_BYTES", chunk)
-        mp.setattr(ranges, "MIN_CHUNK_BYTES", chunk)
         whole = read_whole(path, fmt, OPTIONS)
         _same(whole, read_cuts(path, fmt, cuts, OPTIONS), size)
     # the chunk size does not change what is read
@@ -240,6 +239,27 @@ def test_split_file_nominal_ranges():
         split_file("f.parquet.gz", "parquet", 10, 4)
 
 
+def count_reads(monkeypatch) -> list[int]:
+    """The sizes of the reads from every stream opened for a piece from now on."""
+    reads: list[int] = []
+    real_open = ranges.open_decompressed
+
+    def counting_open(url, compression):
+        stream = real_open(url, compression)
+        real_read = stream.read
+
+        def read(n=-1):
+            data = real_read(n)
+            reads.append(len(data))
+            return data
+
+        stream.read = read
+        return stream
+
+    monkeypatch.setattr(ranges, "open_decompressed", counting_open)
+    return reads
+
+
 def test_pieces_do_not_read_much_past_their_end(tmp_path, monkeypatch):
     """A small range reads a little past its end to finish its last document, not the file."""
     path = tmp_path / "many.txt"
@@ -251,25 +271,10 @@ def test_pieces_do_not_read_much_past_their_end(tmp_path, monkeypatch):
         if 500_000 <= blank < 500_100 and i + 1 < len(records):
             expected.append([records[i + 1].decode().strip()])
         pos += len(rec)
-    reads = []
-    real_open = ranges.open_decompressed
-
-    def counting_open(url, compression):
-        stream = real_open(url, compression)
-        real_read = stream.read
-
-        def read(n=-1):
-            data = real_read(n)
-            reads.append(len(data))
-            return data
-
-        stream.read = read
-        return stream
-
-    monkeypatch.setattr(ranges, "open_decompressed", counting_open)
+    reads = count_reads(monkeypatch)
     docs = read_cuts_range(path, 500_000, 500_100, ReadOptions())
     assert docs == expected and len(expected) == 6
-    assert sum(reads) <= 2 * ranges.MIN_CHUNK_BYTES
+    assert sum(reads) <= 128 << 10
 
 
 def test_a_range_of_whole_chunks_reads_only_a_little_past_its_end(tmp_path, monkeypatch):
@@ -279,23 +284,8 @@ def test_a_range_of_whole_chunks_reads_only_a_little_past_its_end(tmp_path, monk
     path = tmp_path / "many.txt"
     path.write_bytes(b"".join(b"document %d, one line of it\n\n" % i for i in range(100_000)))  # ~3 MB
     start, end = 1 << 19, (1 << 19) + (1 << 20)
-    reads = []
-    real_open = ranges.open_decompressed
-
-    def counting_open(url, compression):
-        stream = real_open(url, compression)
-        real_read = stream.read
-
-        def read(n=-1):
-            data = real_read(n)
-            reads.append(len(data))
-            return data
-
-        stream.read = read
-        return stream
-
     whole, _ = read_whole(path, "text")
-    monkeypatch.setattr(ranges, "open_decompressed", counting_open)
+    reads = count_reads(monkeypatch)
     docs = read_cuts_range(path, start, end, ReadOptions())
     first = whole.index(docs[0])
     assert docs == whole[first : first + len(docs)] and 30_000 < len(docs) < 40_000

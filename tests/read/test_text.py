@@ -144,7 +144,6 @@ def test_runs_read_in_bulk_give_what_line_by_line_gives(tmp_path, data):
     chunk = data.draw(st.integers(8, 256))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ranges, "CHUNK_BYTES", chunk)
-        mp.setattr(ranges, "MIN_CHUNK_BYTES", chunk)
         bulk = read_cuts(path, "text", cuts, options)
         _line_by_line(mp)
         one_by_one = read_cuts(path, "text", cuts, options)

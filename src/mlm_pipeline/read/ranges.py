@@ -39,9 +39,6 @@ from mlm_pipeline.stats import ReadStats
 CHUNK_BYTES = 1 << 20
 """Read size for line-based inputs (one ``read`` + one ``split`` per chunk)."""
 
-MIN_CHUNK_BYTES = 64 * 1024
-"""Read size floor, for small ranges."""
-
 TAIL_BYTES = 16 * 1024
 """Read size past a range's end, where only the lines up to its boundary line are needed."""
 
@@ -309,9 +306,11 @@ def _kept_head(line: bytes) -> bytes:
 
 
 def piece_lines(stream, piece: Piece, max_line_bytes: int) -> LineReader:
-    """The ``LineReader`` of a piece opened with ``open_piece``."""
+    """The ``LineReader`` of a piece opened with ``open_piece``. A small range reads little past
+    its end however large ``CHUNK_BYTES`` is (``LineReader._read_size``); the module's value is
+    read at each call, so tests can make every chunk tiny."""
     return LineReader(
-        stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=chunk_size_for(piece), end=piece.end
+        stream, piece.start, max_line_bytes=max_line_bytes, chunk_bytes=CHUNK_BYTES, end=piece.end
     )
 
 
@@ -381,13 +380,6 @@ class OwnedLines:
         self._stats.bytes_read += consumed_bytes(self._stream, span_end) - self._span_start
         self._stats.lone_cr_line_ends += self._lines.lone_cr
         self._stream.close()
-
-
-def chunk_size_for(piece: Piece) -> int:
-    """Read size for a piece: smaller for small ranges (they mostly read a little past ``end``)."""
-    if piece.end is None:
-        return CHUNK_BYTES
-    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, piece.end - piece.start + MIN_CHUNK_BYTES // 4))
 
 
 def every_line(line: bytes, too_long: bool) -> bool:
