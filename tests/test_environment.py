@@ -99,17 +99,23 @@ def test_a_task_runs_with_the_collector_off_what_was_alive_before_it(tmp_path, m
     assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
 
 
-def test_the_collector_keeps_what_a_pool_worker_froze_before_its_tasks():
+def test_the_collector_keeps_what_a_pool_worker_froze_before_its_tasks(monkeypatch):
+    """A pool worker froze what it inherited: its tasks leave that frozen, and do not count it
+    (``gc.get_freeze_count`` walks every frozen object, milliseconds at each task's start)."""
     import gc
 
-    from mlm_pipeline.environment import freeze_inherited_objects, quiet_collector
+    import mlm_pipeline.environment as environment
 
     assert gc.get_freeze_count() == 0
-    freeze_inherited_objects()
+    monkeypatch.setattr(environment, "_inherited_frozen", False)  # (put back: this process is no worker)
+    environment.freeze_inherited_objects()
     try:
         frozen = gc.get_freeze_count()
-        with quiet_collector():
-            pass
+        assert frozen > 1000
+        with monkeypatch.context() as m:
+            m.setattr(gc, "get_freeze_count", lambda: pytest.fail("counted the frozen objects"))
+            with environment.quiet_collector():
+                assert gc.get_threshold()[0] >= 10_000
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()

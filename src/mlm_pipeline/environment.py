@@ -151,6 +151,7 @@ TASK_GEN0_THRESHOLD = 10_000  # container objects allocated (net) before the you
 _collector_lock = threading.Lock()
 _collector_users = 0  # tasks running in this process inside quiet_collector (threads: in-process runs)
 _collector_saved: tuple[tuple[int, ...], bool] | None = None  # the threshold, and whether we froze
+_inherited_frozen = False  # freeze_inherited_objects ran: objects are frozen for good in this process
 
 
 @contextmanager
@@ -163,7 +164,9 @@ def quiet_collector() -> Iterator[None]:
     with _collector_lock:
         if _collector_users == 0:
             threshold = gc.get_threshold()
-            ours = gc.get_freeze_count() == 0
+            # (``get_freeze_count`` walks every frozen object: in a pool worker, 54,000 of them,
+            # 5 ms at each task's start with the caches cold after the last one)
+            ours = not _inherited_frozen and gc.get_freeze_count() == 0
             if ours:
                 gc.collect(1)  # garbage of the young generations is collected, not frozen with the rest
                 gc.freeze()
@@ -188,7 +191,9 @@ def freeze_inherited_objects() -> None:
     """In a pool worker, before any task: a forked worker's objects from its parent stay shared
     with it (copy-on-write) only while nothing writes to them, and the collector would, visiting
     each. Never undone: the worker is ours and lives for one run."""
+    global _inherited_frozen
     gc.freeze()
+    _inherited_frozen = True
 
 
 __all__ = ["StorageEnvironment", "configure_process", "freeze_inherited_objects", "keep_freed_memory",
