@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -87,3 +89,24 @@ def test_scaling_smoke(tmp_path):
     assert prepare_two["tasks"] == 4
     (raw_two,) = result["runs"]["raw-2"]
     assert raw_two["tokens"] > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="measures Linux processes (fork)")
+def test_page_costs_smoke(tmp_path):
+    """Each cost is measured, and none is zero: faulting in a fresh page or a copied one, reaping a
+    process, and the pages a process holds at its exit (32 MB of them take far longer to give back
+    than 1 MB: the child must still hold them when it exits)."""
+    out = tmp_path / "costs.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "page_costs.py"), "--mb", "32", "--repeats", "1",
+         "--loops", "200000", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    medians = result["medians"]
+    assert medians["fresh fault us/page"] > 0 and medians["copy-on-write fault us/page"] > 0
+    assert medians["exit of a 1 MB process, ms"] > 0 and medians["exit us/page"] > 0
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert len(result["loop_seconds_alone"]) == 2 and len(result["loop_seconds_together"]) == 2
+        assert medians["two at once / alone, CPU-bound loop"] > 0
