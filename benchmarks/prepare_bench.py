@@ -483,13 +483,16 @@ def child_env(pycache: Path | None) -> dict:
     return env
 
 
-def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None) -> list[dict]:
-    """Run one measurement per spec, all at the same time, each in its own process."""
+def run_children(specs: list[dict], timeout: float | None, pycache: Path | None = None, *,
+                 script: Path | None = None, tag: str = RESULT_TAG) -> list[dict]:
+    """Run one measurement per spec, all at the same time, each in its own process: ``script
+    --child SPEC`` (this script by default), whose last stdout line starting with ``tag`` holds
+    its result as JSON."""
     env = child_env(pycache)
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+            [sys.executable, str((script or Path(__file__)).resolve()), "--child", json.dumps(spec)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         for spec in specs
@@ -498,18 +501,18 @@ def run_children(specs: list[dict], timeout: float | None, pycache: Path | None 
     wall = time.perf_counter() - started
     results = []
     for spec, proc, (out, err) in zip(specs, procs, outputs):
-        lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        lines = [line for line in out.splitlines() if line.startswith(tag)]
         if proc.returncode != 0 or not lines:
             tail = "\n".join((err or out).strip().splitlines()[-15:])
-            raise RuntimeError(f"{spec['kind']} measurement failed (exit {proc.returncode}):\n{tail}")
-        result = json.loads(lines[-1][len(RESULT_TAG) :])
+            raise RuntimeError(f"{spec.get('kind', 'a')} measurement failed (exit {proc.returncode}):\n{tail}")
+        result = json.loads(lines[-1][len(tag) :])
         result["process_wall_seconds"] = round(wall, 3)
         results.append(result)
     return results
 
 
-def run_child(spec: dict, timeout: float | None, pycache: Path | None = None) -> dict:
-    return run_children([spec], timeout, pycache)[0]
+def run_child(spec: dict, timeout: float | None, pycache: Path | None = None, **how) -> dict:
+    return run_children([spec], timeout, pycache, **how)[0]
 
 
 def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pycache: Path | None) -> dict:

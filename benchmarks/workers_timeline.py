@@ -29,7 +29,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -110,17 +109,13 @@ def _child(spec: dict) -> dict:
 
 
 def _run_child(spec: dict, workdir: Path) -> dict:
-    from prepare_bench import child_env
+    from prepare_bench import run_child
 
-    env = child_env(workdir / "pycache")
     shutil.rmtree(spec["output"], ignore_errors=True)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                          capture_output=True, text=True, env=env, timeout=spec["timeout"])
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"run with {spec['workers']} worker(s) failed:\n{proc.stderr[-3000:]}")
-    shutil.rmtree(spec["output"], ignore_errors=True)
-    return json.loads(lines[-1][len(RESULT_TAG):])
+    try:
+        return run_child(spec, spec["timeout"], workdir / "pycache", script=Path(__file__), tag=RESULT_TAG)
+    finally:
+        shutil.rmtree(spec["output"], ignore_errors=True)
 
 
 SUMMARY_FIELDS = ["total", "tokenizer load", "start_run", "pool start", "before_first_task", "tasks_window",
