@@ -31,6 +31,10 @@ Variants (``--variants``, comma-separated):
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
   tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (a pool of two); compared with tf-d1
+  tf-d1-x2   two tf-d1 runs at once (``--workers 1`` each, no pool), each on one half of the input
+             (cut at a line end), with the same task size: what two processes of this pipeline get
+             on this machine at this moment, each paying its own tokenizer load and first touch of
+             memory; tf-d1-w2 / tf-d1 against tf-d1-x2 / tf-d1 is what the pool itself costs
   raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
              on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
   hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
@@ -38,7 +42,7 @@ Variants (``--variants``, comma-separated):
 
 Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at
 least one 4 MB block and at most 64 MB), so the one-worker and two-worker runs do the same work.
-Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2 and raw-x2 runs
+Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2, tf-d1-x2 and raw-x2 runs
 (``--big-repeats`` rounds): peak RSS must not grow with the input (compared with one tf-d1 run at
 the first size as a single task of several blocks, since its small tasks hold one block), and the
 two-worker speed-up is measured on more work, where the planning done before the first task
@@ -85,9 +89,9 @@ PREPARE_VARIANTS = {
     "ref-d1": {"format": "tfrecord", "dupe_factor": 1, "reference": True},
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
-ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "raw-x2", "hf"]
+ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
 DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,tf-d1-w2,raw-x2,hf"
-UNPINNED = ("tf-d1-w2", "raw-x2")  # two processes: every other measurement runs pinned to one core
+UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
@@ -96,6 +100,7 @@ COMPARISONS = [
     ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
+    ("tf-d1-x2", "tf-d1", "2 one-worker runs on the halves at once / 1 on all: what 2 processes get, with no pool"),
     ("raw-x2", "raw", "2 raw tokenizer processes / 1: what the machine allows right now"),
 ]
 
@@ -532,11 +537,51 @@ def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pyc
     }
 
 
+def input_halves(inp: Path) -> list[Path]:
+    """``inp`` cut in two at the first line end from its middle on, as two files beside it
+    (written once per input)."""
+    halves = [inp.with_name(f"{inp.stem}.half{i}{inp.suffix}") for i in range(2)]
+    if not all(h.exists() and h.stat().st_mtime_ns >= inp.stat().st_mtime_ns for h in halves):
+        data = inp.read_bytes()
+        cut = data.find(b"\n", len(data) // 2) + 1 or len(data)
+        halves[0].write_bytes(data[:cut])
+        halves[1].write_bytes(data[cut:])
+    return halves
+
+
+def remove_input(inp: Path) -> None:
+    """``inp`` and the halves ``tf-d1-x2`` cut from it."""
+    for path in (inp, *(inp.with_name(f"{inp.stem}.half{i}{inp.suffix}") for i in range(2))):
+        path.unlink(missing_ok=True)
+
+
+def run_prepare_halves(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
+    """Two one-worker ``prepare`` runs at once, one on each half of the input. Elapsed: the slower;
+    tokens, instances, CPU seconds: summed; RSS: each process's."""
+    halves = input_halves(Path(spec["input"]))
+    parts = run_children([{**spec, "kind": "prepare", "input": str(half), "output": f"{spec['output']}-{i}"}
+                          for i, half in enumerate(halves)], timeout, pycache)
+    return {
+        "seconds": max(p["seconds"] for p in parts),
+        "cpu_seconds": sum(p["cpu_seconds"] for p in parts),
+        "tokens": sum(p["tokens"] for p in parts),
+        "instances": sum(p["instances"] for p in parts),
+        "tasks": sum(p["tasks"] for p in parts),
+        "seconds_each": [round(p["seconds"], 4) for p in parts],
+        "self_peak_rss_mb": max(p["self_peak_rss_mb"] for p in parts),
+        "worker_peak_rss_mb": sorted(p["self_peak_rss_mb"] for p in parts),
+        "process_wall_seconds": parts[0]["process_wall_seconds"],
+    }
+
+
 def run_variant(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
-    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once."""
-    if spec["kind"] != "raw-x2":
-        return run_child(spec, timeout, pycache)
-    return run_raw_parts(spec, [spec.get("pin"), spec.get("pin")], timeout, pycache)
+    """One measurement; ``raw-x2`` is two raw processes on the two halves of the input at once,
+    ``tf-d1-x2`` two one-worker ``prepare`` runs."""
+    if spec["kind"] == "raw-x2":
+        return run_raw_parts(spec, [spec.get("pin"), spec.get("pin")], timeout, pycache)
+    if spec["kind"] == "prepare-x2":
+        return run_prepare_halves(spec, timeout, pycache)
+    return run_child(spec, timeout, pycache)
 
 
 def machine_info() -> dict:
@@ -594,13 +639,15 @@ def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, whole_spli
         return {**base, "kind": variant, "batch_lines": args.batch_lines}
     if variant == "hf":
         return {**base, "kind": "hf", "output": str(work / "hf-cache")}
-    config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS[variant]}
+    two_runs = variant == "tf-d1-x2"
+    config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS["tf-d1" if two_runs else variant]}
     if whole_split:  # one task of up to 64 MB: several whole blocks
         config["split_bytes"] = MAX_SPLIT_BYTES
     else:
         # --tasks equal tasks, each at least one whole block and at most 64 MB
         config["split_bytes"] = max(BLOCK_BYTES, min(MAX_SPLIT_BYTES, math.ceil(size / args.tasks)))
-    return {**base, "kind": "prepare", "output": str(work / f"out-{variant}"), "config": config}
+    return {**base, "kind": "prepare-x2" if two_runs else "prepare", "output": str(work / f"out-{variant}"),
+            "config": config}
 
 
 def median(xs: list[float]) -> float | None:
@@ -676,6 +723,11 @@ def summarize(rounds: list[dict[str, dict]], size: int) -> dict:
     if scaling:
         # the workers' speed-up as a share of what two plain tokenizer processes got in the same round
         comparisons["tf-d1-w2/tf-d1"]["share_of_machine_ceiling"] = median(scaling)
+    without_pool = [r["tf-d1-x2"]["seconds"] / r["tf-d1-w2"]["seconds"] for r in rounds
+                    if "tf-d1-x2" in r and "tf-d1-w2" in r]
+    if without_pool:
+        # the same, against two one-worker runs of the pipeline on the halves: what the pool costs
+        comparisons["tf-d1-w2/tf-d1"]["share_of_two_runs"] = median(without_pool)
     return {"variants": out, "comparisons": comparisons}
 
 
@@ -709,6 +761,8 @@ def print_summary(title: str, summary: dict) -> None:
                   f"2-process run: {c['cores_used']:.2f} (other load on the machine takes the rest)")
         if "share_of_machine_ceiling" in c:
             print(f"      as a share of the raw-x2/raw speed-up of the same round: {c['share_of_machine_ceiling']:.2f}")
+        if "share_of_two_runs" in c:
+            print(f"      as a share of the tf-d1-x2/tf-d1 speed-up of the same round: {c['share_of_two_runs']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -787,12 +841,13 @@ def main(argv: list[str] | None = None) -> int:
             inp = build_input(args.input, 256 << 10, work / "input-warmup.txt")
             for v in variants:
                 run_variant(spec_for(v, inp, inp.stat().st_size, args, work), args.timeout, pycache)
-            inp.unlink()
+            remove_input(inp)
         for si, size in enumerate(sizes):
             label = fmt_size(size)
             inp = build_input(args.input, size, work / f"input-{size}.txt")
             size = inp.stat().st_size
-            these = variants if si == 0 else [v for v in ("raw", "fast", "tf-d1", "tf-d1-w2", "raw-x2") if v in variants]
+            these = variants if si == 0 else [v for v in ("raw", "fast", "tf-d1", "tf-d1-w2", "tf-d1-x2", "raw-x2")
+                                              if v in variants]
             repeats = args.repeats if si == 0 else args.big_repeats
             rounds: list[dict[str, dict]] = []
             for r in range(repeats):
@@ -814,7 +869,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  [{label}] tf-d1 as one {fmt_size(size)} task (--split-size 64MB): peak RSS "
                       f"{res['self_peak_rss_mb']:.0f} MB")
             print_summary(f"{label} input ({size:,} bytes), {repeats} round(s), medians", summary)
-            inp.unlink()
+            remove_input(inp)
         if len(sizes) > 1 and "tf-d1" in variants:
             # Peak RSS against input size, like for like: tasks of several 4 MB blocks (the first
             # size's tf-d1 tasks are single blocks, so it gets a run as one task of up to 64 MB;
@@ -844,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
             result["second_corpus"] = {"source": args.zh_input.name, "bytes": size, "rounds": rounds, **summary}
             print_summary(f"second corpus {args.zh_input.name} ({size:,} bytes), {args.repeats} round(s), medians",
                           summary)
-            inp.unlink()
+            remove_input(inp)
         if args.startup_repeats:
             tiny = build_input(args.input, 4 << 10, work / "input-tiny.txt")
             startup: dict[str, list[dict]] = {"1": [], "2": []}

@@ -18,7 +18,7 @@ def test_prepare_bench_smoke(tmp_path):
     proc = subprocess.run(
         [
             sys.executable, str(REPO / "benchmarks" / "prepare_bench.py"),
-            "--sizes", "64KB,96KB", "--repeats", "1", "--variants", "raw,tf-d1,pq-d1",
+            "--sizes", "64KB,96KB", "--repeats", "1", "--variants", "raw,tf-d1,pq-d1,tf-d1-w2,tf-d1-x2",
             "--plan-size", "8MB", "--no-warmup", "--json", str(out), "--workdir", str(tmp_path / "work"),
         ],
         capture_output=True, text=True, env=env, timeout=300,
@@ -29,11 +29,16 @@ def test_prepare_bench_smoke(tmp_path):
     assert "planning 8MB" in proc.stdout
     result = json.loads(out.read_text())
     first = result["sizes"]["64KB"]
-    assert set(first["variants"]) == {"raw", "tf-d1", "pq-d1"}
+    assert set(first["variants"]) == {"raw", "tf-d1", "pq-d1", "tf-d1-w2", "tf-d1-x2"}
+    # two one-worker runs on the halves of the input tokenize the same lines as one run on all of it
+    (rnd,) = first["rounds"]
+    assert rnd["tf-d1-x2"]["tokens"] == rnd["tf-d1"]["tokens"] > 0
+    assert len(rnd["tf-d1-x2"]["seconds_each"]) == 2 and "ratio tf-d1-x2/tf-d1" in proc.stdout
+    assert first["comparisons"]["tf-d1-w2/tf-d1"]["share_of_two_runs"] > 0
     for name in ("tf-d1", "pq-d1"):
         entry = first["variants"][name]
         assert entry["ratio_vs_raw"] > 0 and entry["mb_per_s"] > 0 and entry["peak_rss_mb"] > 0
-    assert set(result["sizes"]["96KB"]["variants"]) == {"raw", "tf-d1"}
+    assert set(result["sizes"]["96KB"]["variants"]) == {"raw", "tf-d1", "tf-d1-w2", "tf-d1-x2"}
     assert result["rss_flatness"]["max_over_min"] >= 1
     assert result["planning"]["tasks"] >= 1
     assert result["machine"]["cpus"] >= 1
