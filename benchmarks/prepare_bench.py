@@ -304,6 +304,9 @@ def _child_fast(spec: dict) -> dict:
     from nanotoken import WordPieceTokenizer
 
     from mlm_pipeline.tokenize import load_tokenizer
+    from mlm_pipeline.tokenize.backends.nanotoken import cap_cache
+
+    cap_cache()  # the word cache's size, as the pipeline sets it
 
     batch_lines = spec["batch_lines"]
     cpu = _cpu_seconds()

@@ -115,3 +115,24 @@ def test_page_costs_smoke(tmp_path):
     if len(os.sched_getaffinity(0)) >= 2:
         assert len(result["loop_seconds_alone"]) == 2 and len(result["loop_seconds_together"]) == 2
         assert medians["two at once / alone, CPU-bound loop"] > 0
+
+
+def test_zipf_text_has_the_sources_head_and_a_long_tail(tmp_path):
+    """The long-tail text: at least the size asked, the source's most frequent word first, and far
+    more distinct words than the source holds (the tail of made-up words)."""
+    import collections
+
+    out = tmp_path / "zipf.txt"
+    source = REPO / "sample" / "wikitext2-train-1MB.txt"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "zipf_text.py"), "--source", str(source), "--size", "4MB",
+         "--types", "500000", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) >= 4 << 20 and "\n\n" in text
+    words = collections.Counter(text.split())
+    head = collections.Counter(source.read_text(encoding="utf-8").split()).most_common(1)
+    assert next(w for w, _ in words.most_common(3) if w != ".") == head[0][0]
+    assert len(words) > 3 * len(set(source.read_text(encoding="utf-8").split()))

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -134,3 +137,46 @@ def test_the_per_task_check_takes_non_ascii_texts_first_within_a_budget_proporti
     assert first_texts(docs, budget=10) == ["caf\u00e9 " * 5]
     assert first_texts(docs, budget=10_000) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20,
                                                 "more plain " * 10, "x" * 50]
+
+
+_CACHE_PROBE = """
+import json, os, random, sys
+from mlm_pipeline.tokenize import TextTokenizer
+import nanotoken
+
+def resident_kb():  # what the process holds now (the caches stay held), not its peak so far
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+tok = TextTokenizer(sys.argv[1])
+assert tok.encoder.name == "nanotoken"
+rng = random.Random(3)
+words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(8, 12))) for _ in range(400_000)]
+lines = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)]
+before = resident_kb()
+for i in range(0, len(lines), 2000):
+    tok.encode_batch(lines[i:i + 2000])
+grown = resident_kb() - before
+print(json.dumps({"entries": nanotoken.get_cache_entries(), "grown_kb": grown}))
+"""
+
+
+def _cache_probe(env_entries: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NANOTOKEN_CACHE_ENTRIES"}
+    if env_entries is not None:
+        env["NANOTOKEN_CACHE_ENTRIES"] = env_entries
+    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(VOCAB)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_fast_backend_caps_its_word_cache_unless_the_environment_sets_it():
+    """400,000 distinct words (a long tail no cache can hold): with the cap the process grows by a
+    fraction of what nanotoken's own default (2**20 entries per table) makes it grow."""
+    from mlm_pipeline.tokenize.backends.nanotoken import CACHE_ENTRIES
+
+    capped, uncapped = _cache_probe(None), _cache_probe(str(1 << 20))
+    assert capped["entries"] == CACHE_ENTRIES and uncapped["entries"] == 1 << 20
+    assert uncapped["grown_kb"] > 20_000 and capped["grown_kb"] < uncapped["grown_kb"] / 2, (capped, uncapped)
