@@ -40,14 +40,15 @@ Variants (``--variants``, comma-separated):
   hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
              batched tokenize -> group into 128-token blocks -> ``DataCollatorForLanguageModeling``
 
-Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at
-least one 4 MB block and at most 64 MB), so the one-worker and two-worker runs do the same work.
-Each size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2, tf-d1-x2 and raw-x2 runs
-(``--big-repeats`` rounds): peak RSS must not grow with the input (compared with one tf-d1 run at
-the first size as a single task of several blocks, since its small tasks hold one block), and the
-two-worker speed-up is measured on more work, where the planning done before the first task
-weighs less. ``--plan-size`` times ``plan_tasks`` on a sparse file of that size in a subprocess
-and reports the bytes that process read (the planner must not read the data).
+Every prepare variant uses the same ``--tasks`` split of the input (default 4 tasks, each at least
+one 4 MB block and at most 64 MB), so the one-worker and two-worker runs do the same work. Each
+size after the first of ``--sizes`` gets raw, tf-d1, tf-d1-w2, tf-d1-x2 and raw-x2 runs, those of
+them in ``--variants`` (tf-d1-x2 is not a default one), ``--big-repeats`` rounds: peak RSS must not
+grow with the input (compared with one tf-d1 run at the first size as a single task of several
+blocks, since its small tasks hold one block), and the two-worker speed-up is measured on more
+work, where the planning done before the first task weighs less. ``--plan-size`` times
+``plan_tasks`` on a sparse file of that size in a subprocess and reports the bytes that process
+read (the planner must not read the data).
 
 Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
 ``ru_maxrss``, which also counts what the parent held when it forked), and a sampling process
@@ -540,13 +541,21 @@ def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pyc
     }
 
 
+def half_paths(inp: Path) -> list[Path]:
+    """Where ``tf-d1-x2``'s two halves of ``inp`` are kept: beside it."""
+    return [inp.with_name(f"{inp.stem}.half{i}{inp.suffix}") for i in range(2)]
+
+
 def input_halves(inp: Path) -> list[Path]:
-    """``inp`` cut in two at the first line end from its middle on, as two files beside it
-    (written once per input)."""
-    halves = [inp.with_name(f"{inp.stem}.half{i}{inp.suffix}") for i in range(2)]
-    if not all(h.exists() and h.stat().st_mtime_ns >= inp.stat().st_mtime_ns for h in halves):
+    """``inp`` cut in two at the line end nearest after its middle (or before it, when the middle
+    is in the last line), written on first use; :func:`remove_input` removes them with ``inp``."""
+    halves = half_paths(inp)
+    if not all(h.exists() for h in halves):
         data = inp.read_bytes()
-        cut = data.find(b"\n", len(data) // 2) + 1 or len(data)
+        middle = len(data) // 2
+        cut = data.find(b"\n", middle, len(data) - 1) + 1 or data.rfind(b"\n", 0, middle) + 1
+        if not 0 < cut < len(data):
+            raise SystemExit(f"tf-d1-x2: {inp.name} has no line end to cut it in two at")
         halves[0].write_bytes(data[:cut])
         halves[1].write_bytes(data[cut:])
     return halves
@@ -554,7 +563,7 @@ def input_halves(inp: Path) -> list[Path]:
 
 def remove_input(inp: Path) -> None:
     """``inp`` and the halves ``tf-d1-x2`` cut from it."""
-    for path in (inp, *(inp.with_name(f"{inp.stem}.half{i}{inp.suffix}") for i in range(2))):
+    for path in (inp, *half_paths(inp)):
         path.unlink(missing_ok=True)
 
 
@@ -612,6 +621,19 @@ def machine_info() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return info
+
+
+def nanotoken_cache_entries() -> int | None:
+    """The fast backend's cache size the measured processes get (``NANOTOKEN_CACHE_ENTRIES``, else
+    the pipeline's cap); None if nanotoken is not installed."""
+    try:
+        from mlm_pipeline.tokenize.backends.nanotoken import cap_cache
+        import nanotoken
+
+        cap_cache()
+        return nanotoken.get_cache_entries()
+    except ImportError:
+        return None
 
 
 def load_average() -> list[float] | None:
@@ -828,7 +850,8 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
         "load_average_start": load_average(),
-        "settings": {"source": args.input.name, "vocab": args.vocab.name, "pinned_to_one_core": pin_cpu(args) is not None, "sizes": sizes, "variants": variants,
+        "settings": {"source": args.input.name, "vocab": args.vocab.name, "pinned_to_one_core": pin_cpu(args) is not None,
+                     "nanotoken_cache_entries": nanotoken_cache_entries(), "sizes": sizes, "variants": variants,
                      "repeats": args.repeats, "big_repeats": args.big_repeats, "tasks": args.tasks,
                      "max_seq_length": args.max_seq_length, "raw_batch_lines": args.batch_lines},
         "notes": notes,

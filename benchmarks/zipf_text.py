@@ -28,36 +28,44 @@ LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
 
 
 def lexicon(source: Path, types: int, rng: np.random.Generator) -> np.ndarray:
-    """``types`` words: the source's words by frequency (ties in first-seen order), then made-up
-    words of 5 to 12 letters."""
+    """``types`` distinct words: the source's words by frequency (ties in first-seen order; not
+    ``<unk>``, nor the "." that ends every sentence here), then made-up words of 5 to 12 letters."""
     counts = collections.Counter(source.read_text(encoding="utf-8").split())
-    real = [w for w, _ in counts.most_common() if w != "<unk>"][:types]
-    lengths = rng.integers(5, 13, types - len(real))
-    letters = LETTERS[rng.integers(0, len(LETTERS), int(lengths.sum()))]
-    made_up = ["".join(w) for w in np.split(letters, np.cumsum(lengths)[:-1])] if len(lengths) else []
-    return np.array(real + made_up, dtype=object)
+    ranked = dict.fromkeys(w for w, _ in counts.most_common() if w not in ("<unk>", "."))
+    ranked = dict.fromkeys(list(ranked)[:types])
+    while len(ranked) < types:  # made-up words, without repeats or real words among them
+        lengths = rng.integers(5, 13, types - len(ranked))
+        letters = LETTERS[rng.integers(0, len(LETTERS), int(lengths.sum()))]
+        ranked.update(dict.fromkeys("".join(w) for w in np.split(letters, np.cumsum(lengths)[:-1])))
+    return np.array(list(ranked)[:types], dtype=object)
 
 
-def write(out: Path, size: int, words: np.ndarray, exponent: float, rng: np.random.Generator) -> int:
+def write(out: Path, size: int, words: np.ndarray, exponent: float,
+          rng: np.random.Generator) -> tuple[int, int, int]:
     """Sentences of 8 to 30 words drawn by rank with probability proportional to
-    ``rank ** -exponent``, one per line, a blank line after every 8; returns the bytes written."""
+    ``rank ** -exponent``, each ended by " .", one per line, a blank line after every 8 (documents);
+    returns the bytes, the words (not counting the "." ends) and the distinct words written."""
     p = np.arange(1, len(words) + 1, dtype=np.float64) ** -exponent
     p /= p.sum()
-    written = 0
+    seen = np.zeros(len(words), dtype=bool)
+    written = count = 0
     with open(out, "w", encoding="utf-8") as f:
         while written < size:
-            draws = words[rng.choice(len(words), size=1 << 20, p=p)]
-            lengths = rng.integers(8, 31, len(draws) // 8)
+            ranks = rng.choice(len(words), size=1 << 20, p=p)
+            lengths = rng.integers(8, 31, len(ranks) // 8)
             ends = np.cumsum(lengths)
+            ends = ends[ends <= len(ranks)]  # whole sentences only
             lines = []
-            for i, (start, end) in enumerate(zip(ends - lengths, ends[ends <= len(draws)])):
-                lines.append(" ".join(draws[start:end]) + " .")
-                if i % 8 == 7:
+            for i, end in enumerate(ends):
+                lines.append(" ".join(words[ranks[end - lengths[i]:end]]) + " .")
+                if i % 8 == 7 and i + 1 < len(ends):
                     lines.append("")
             text = "\n".join(lines) + "\n\n"
             f.write(text)
             written += len(text.encode("utf-8"))
-    return written
+            count += int(ends[-1])
+            seen[ranks[: ends[-1]]] = True
+    return written, count, int(seen.sum())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     words = lexicon(args.source, args.types, rng)
-    written = write(args.out, args.size, words, args.exponent, rng)
-    print(f"{args.out.name}: {written:,} bytes, lexicon of {len(words):,} words")
+    written, count, distinct = write(args.out, args.size, words, args.exponent, rng)
+    print(f"{args.out.name}: {written:,} bytes, {count:,} words ({distinct:,} distinct), not counting the "
+          f"\".\" that ends each sentence; a lexicon of {len(words):,}")
     return 0
 
 

@@ -151,7 +151,7 @@ def resident_kb():  # what the process holds now (the caches stay held), not its
 tok = TextTokenizer(sys.argv[1])
 assert tok.encoder.name == "nanotoken"
 rng = random.Random(3)
-words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(8, 12))) for _ in range(400_000)]
+words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(8, 12))) for _ in range(1_200_000)]
 lines = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)]
 before = resident_kb()
 for i in range(0, len(lines), 2000):
@@ -173,10 +173,24 @@ def _cache_probe(env_entries: str | None) -> dict:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_the_fast_backend_caps_its_word_cache_unless_the_environment_sets_it():
-    """400,000 distinct words (a long tail no cache can hold): with the cap the process grows by a
-    fraction of what nanotoken's own default (2**20 entries per table) makes it grow."""
+    """1.2 million distinct words (a long tail no cache can hold): with the cap the process grows
+    by a fraction of what nanotoken's default size (2**20 entries per table), set in the
+    environment, makes it grow."""
     from mlm_pipeline.tokenize.backends.nanotoken import CACHE_ENTRIES
 
     capped, uncapped = _cache_probe(None), _cache_probe(str(1 << 20))
-    assert capped["entries"] == CACHE_ENTRIES and uncapped["entries"] == 1 << 20
-    assert uncapped["grown_kb"] > 20_000 and capped["grown_kb"] < uncapped["grown_kb"] / 2, (capped, uncapped)
+    assert capped["entries"] == CACHE_ENTRIES < 1 << 20 and uncapped["entries"] == 1 << 20
+    assert uncapped["grown_kb"] > 100_000 and capped["grown_kb"] < 0.7 * uncapped["grown_kb"], (capped, uncapped)
+
+
+def test_a_cache_size_the_program_chose_is_kept():
+    """A program that set nanotoken's cache size itself before loading a tokenizer through the
+    pipeline keeps it."""
+    code = ("import nanotoken, sys; nanotoken.set_cache_entries(1 << 15); "
+            "from mlm_pipeline.tokenize import TextTokenizer; tok = TextTokenizer(sys.argv[1]); "
+            "assert tok.encoder.name == 'nanotoken'; print(nanotoken.get_cache_entries())")
+    env = {k: v for k, v in os.environ.items() if k != "NANOTOKEN_CACHE_ENTRIES"}
+    proc = subprocess.run([sys.executable, "-c", code, str(VOCAB)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) == 1 << 15

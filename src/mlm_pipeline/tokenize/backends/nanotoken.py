@@ -7,9 +7,11 @@ thread (``parallel=False``): the pipeline's parallelism is its worker processes.
 
 Its encodings of whitespace-delimited chunks are cached per thread, in two tables (raw chunks and
 normalised words) of up to ``nanotoken``'s default of 2**20 entries each. On text with a long
-tail of distinct words those fill, and a process holds about 200 MB more for them; the pipeline
-caps them at :data:`CACHE_ENTRIES` instead (``NANOTOKEN_CACHE_ENTRIES`` in the environment, which
-``nanotoken`` reads itself, overrides this).
+tail of distinct words those fill (a one-worker run's peak RSS reached 431 MB on such text,
+against about 180 MB on WikiText-2), so the pipeline caps them at :data:`CACHE_ENTRIES`
+instead, unless a size was chosen already: ``NANOTOKEN_CACHE_ENTRIES`` in the environment (which
+``nanotoken`` reads itself), or a program's own ``nanotoken.set_cache_entries`` call before it
+loads a tokenizer through the pipeline.
 """
 
 from __future__ import annotations
@@ -19,20 +21,22 @@ import os
 import numpy as np
 from tokenizers import Tokenizer
 
-CACHE_ENTRIES = 1 << 17
-"""Entries per cache table. On 58 MB of Zipf-distributed text (``benchmarks/zipf_text.py``: 1.5
-million distinct words per 110 MB), a one-worker run's peak RSS was 172, 187, 213-220 and 406 MB
-with 2**16, 2**17, 2**18 and 2**20 entries, at the same speed: the words common enough to repeat
-fit. On WikiText-2 (33,000 distinct words) nothing changes (docs/performance.md)."""
+CACHE_ENTRIES = 1 << 19
+"""Entries per cache table: on text with a long tail of distinct words, as fast as nanotoken's
+default and about 130 MB less per process (2**17 held 80 MB less again but ran 7% slower); on
+WikiText-2 no different (docs/performance.md, "Text with a long tail of words")."""
+
+NANOTOKEN_DEFAULT_ENTRIES = 1 << 20
+"""nanotoken's own size, which tells that nobody chose one."""
 
 
 def cap_cache() -> None:
-    """Cap ``nanotoken``'s chunk caches at :data:`CACHE_ENTRIES` entries, unless the user set
-    ``NANOTOKEN_CACHE_ENTRIES``. The setting is the process's (every thread, tables already
-    filled included), and forked workers inherit it."""
+    """Cap ``nanotoken``'s chunk caches at :data:`CACHE_ENTRIES` entries if their size is still
+    nanotoken's default and ``NANOTOKEN_CACHE_ENTRIES`` is unset. The setting is the process's
+    (every thread, tables already filled included), and forked workers inherit it."""
     import nanotoken
 
-    if "NANOTOKEN_CACHE_ENTRIES" not in os.environ:
+    if "NANOTOKEN_CACHE_ENTRIES" not in os.environ and nanotoken.get_cache_entries() == NANOTOKEN_DEFAULT_ENTRIES:
         nanotoken.set_cache_entries(CACHE_ENTRIES)
 
 
