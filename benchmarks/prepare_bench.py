@@ -524,21 +524,26 @@ def run_child(spec: dict, timeout: float | None, pycache: Path | None = None, **
     return run_children([spec], timeout, pycache, **how)[0]
 
 
-def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pycache: Path | None) -> dict:
-    """``len(pins)`` raw processes at once, process ``i`` on part ``i`` of the input and pinned to
-    ``pins[i]`` (None: not pinned). Elapsed: the slowest; tokens and CPU seconds: summed; RSS:
-    each process's."""
-    parts = run_children([{**spec, "kind": "raw", "part": [i, len(pins)], "pin": pin} for i, pin in enumerate(pins)],
-                         timeout, pycache)
+def combine_parts(parts: list[dict], summed: tuple[str, ...]) -> dict:
+    """Processes run at once as one measurement. Elapsed: the slowest (each one's too); CPU seconds
+    and the counts named in ``summed``: summed; RSS: each process's, and the largest."""
     return {
         "seconds": max(p["seconds"] for p in parts),
+        "seconds_each": [round(p["seconds"], 4) for p in parts],
         "cpu_seconds": sum(p["cpu_seconds"] for p in parts),
-        "tokens": sum(p["tokens"] for p in parts),
-        "lines": sum(p["lines"] for p in parts),
+        **{key: sum(p[key] for p in parts) for key in summed},
         "self_peak_rss_mb": max(p["self_peak_rss_mb"] for p in parts),
         "worker_peak_rss_mb": sorted(p["self_peak_rss_mb"] for p in parts),
         "process_wall_seconds": parts[0]["process_wall_seconds"],
     }
+
+
+def run_raw_parts(spec: dict, pins: list[int | None], timeout: float | None, pycache: Path | None) -> dict:
+    """``len(pins)`` raw processes at once, process ``i`` on part ``i`` of the input and pinned to
+    ``pins[i]`` (None: not pinned)."""
+    parts = run_children([{**spec, "kind": "raw", "part": [i, len(pins)], "pin": pin} for i, pin in enumerate(pins)],
+                         timeout, pycache)
+    return combine_parts(parts, ("tokens", "lines"))
 
 
 def half_paths(inp: Path) -> list[Path]:
@@ -568,22 +573,11 @@ def remove_input(inp: Path) -> None:
 
 
 def run_prepare_halves(spec: dict, timeout: float | None, pycache: Path | None) -> dict:
-    """Two one-worker ``prepare`` runs at once, one on each half of the input. Elapsed: the slower;
-    tokens, instances, CPU seconds: summed; RSS: each process's."""
+    """Two one-worker ``prepare`` runs at once, one on each half of the input."""
     halves = input_halves(Path(spec["input"]))
     parts = run_children([{**spec, "kind": "prepare", "input": str(half), "output": f"{spec['output']}-{i}"}
                           for i, half in enumerate(halves)], timeout, pycache)
-    return {
-        "seconds": max(p["seconds"] for p in parts),
-        "cpu_seconds": sum(p["cpu_seconds"] for p in parts),
-        "tokens": sum(p["tokens"] for p in parts),
-        "instances": sum(p["instances"] for p in parts),
-        "tasks": sum(p["tasks"] for p in parts),
-        "seconds_each": [round(p["seconds"], 4) for p in parts],
-        "self_peak_rss_mb": max(p["self_peak_rss_mb"] for p in parts),
-        "worker_peak_rss_mb": sorted(p["self_peak_rss_mb"] for p in parts),
-        "process_wall_seconds": parts[0]["process_wall_seconds"],
-    }
+    return combine_parts(parts, ("tokens", "instances", "tasks"))
 
 
 def run_variant(spec: dict, timeout: float | None, pycache: Path | None) -> dict:

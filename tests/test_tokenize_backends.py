@@ -161,14 +161,20 @@ print(json.dumps({"entries": nanotoken.get_cache_entries(), "grown_kb": grown}))
 """
 
 
-def _cache_probe(env_entries: str | None) -> dict:
+def _in_fresh_process(code: str, env_entries: str | None = None) -> str:
+    """The last line ``code`` prints, run in a new interpreter (nanotoken's cache size is the
+    process's) with ``NANOTOKEN_CACHE_ENTRIES`` set to ``env_entries`` or unset."""
     env = {k: v for k, v in os.environ.items() if k != "NANOTOKEN_CACHE_ENTRIES"}
     if env_entries is not None:
         env["NANOTOKEN_CACHE_ENTRIES"] = env_entries
-    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(VOCAB)], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code, str(VOCAB)], capture_output=True, text=True, env=env,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _cache_probe(env_entries: str | None) -> dict:
+    return json.loads(_in_fresh_process(_CACHE_PROBE, env_entries))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
@@ -189,8 +195,4 @@ def test_a_cache_size_the_program_chose_is_kept():
     code = ("import nanotoken, sys; nanotoken.set_cache_entries(1 << 15); "
             "from mlm_pipeline.tokenize import TextTokenizer; tok = TextTokenizer(sys.argv[1]); "
             "assert tok.encoder.name == 'nanotoken'; print(nanotoken.get_cache_entries())")
-    env = {k: v for k, v in os.environ.items() if k != "NANOTOKEN_CACHE_ENTRIES"}
-    proc = subprocess.run([sys.executable, "-c", code, str(VOCAB)], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout.split()[-1]) == 1 << 15
+    assert int(_in_fresh_process(code)) == 1 << 15
