@@ -197,6 +197,17 @@ class TaskPool:
             refused: Future = Future()
             refused.set_exception(exc)
             return refused
+        except OSError as exc:
+            # A spawned pool starts a worker inside submit, pickling the pool's pipes for it. If a
+            # worker dies just then, the pool's manager thread marks the pool broken and closes
+            # those pipes under submit ("handle is closed"): a broken pool as above, not an error.
+            if not getattr(self._pool, "_broken", False):
+                raise
+            broken = BrokenProcessPool(f"the process pool broke while it started a worker ({exc})")
+            broken.__cause__ = exc
+            refused = Future()
+            refused.set_exception(broken)
+            return refused
 
     def wait(self, futures: Iterable[Future], on_progress: ProgressFn, timeout: float = 0.5) -> set[Future]:
         """The futures done within ``timeout`` (at least one if any is done); passes progress on."""
