@@ -35,11 +35,13 @@ from mlm_pipeline.formats.sink import clean_tmp
 
 log = logging.getLogger("mlm_pipeline")
 
-ALGORITHM = 3
-"""Version of the default-mode blocks, instance building, shuffling and masking: the same settings
-and seed give the same bytes only under the same version, so a run started under another is not
-resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts the
-UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere)."""
+ALGORITHM = 4
+"""Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same
+settings and seed give the same bytes only under the same version, so a run started under another
+is not resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts
+the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere;
+4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
+so a default run's tasks end elsewhere)."""
 
 
 class CompletedTasks:
@@ -344,8 +346,12 @@ def load_run(output: str) -> tuple[PrepareConfig, dict, Plan]:
 
 
 def write_marker(output: str, marker: dict) -> None:
-    """Mark a task complete: called last by whoever ran it, after its shards are committed."""
-    fs.atomic_write_bytes(layout.marker_url(output, marker["task_id"]), json.dumps(marker, indent=1).encode())
+    """Mark a task complete: called last by whoever ran it, after its shards are committed.
+
+    Compact JSON: with ``indent`` Python encodes in pure Python, 0.34 ms for a marker with its
+    token counts against 0.07 ms, once per task (``jq .`` shows one indented)."""
+    fs.atomic_write_bytes(layout.marker_url(output, marker["task_id"]),
+                          json.dumps(marker, separators=(",", ":")).encode())
 
 
 def done_task_ids(output: str) -> set[str]:
