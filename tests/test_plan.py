@@ -25,13 +25,14 @@ MIB = 1 << 20
 @pytest.mark.parametrize(
     "total, expected",
     [
-        (0, 1 * MIB),
-        (500_000, 1 * MIB),
-        (32 * MIB, 1 * MIB),  # 32 tasks of 1 MiB
-        (32 * MIB + 1, 2 * MIB),  # rounded up to whole MiB
-        (200 * MIB, 7 * MIB),  # 6.25 MiB -> 7 MiB: 29 tasks
-        (1 << 30, 32 * MIB),
-        (2 << 30, 64 * MIB),
+        (0, 4 * MIB),
+        (500_000, 4 * MIB),
+        (100 * 10**6, 4 * MIB),  # 100 MB: 24 tasks of one processing block each
+        (1024 * MIB, 4 * MIB),  # 1 GiB: 256 tasks of 4 MiB
+        (1024 * MIB + 1, 5 * MIB),  # rounded up to whole MiB
+        (10**9, 4 * MIB),  # 1 GB: 3.73 MiB -> 4 MiB, 239 tasks
+        (10 << 30, 40 * MIB),
+        (16 << 30, 64 * MIB),
         (500 << 30, 64 * MIB),  # big corpora: 64 MiB tasks
     ],
 )

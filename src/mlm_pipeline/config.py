@@ -239,8 +239,8 @@ class PrepareConfig(BaseModel):
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
         "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
-        "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 32, "
-        "from 1MiB to 64MiB.",
+        "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
+        "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
         flags=("--split-size",), metavar="SIZE", ge=1)
     block_bytes: Size = setting(
         "4MiB", "execution", "Text per processing block in a task; bounds worker memory.",
