@@ -40,7 +40,7 @@ def test_chinese_english_electra_from_vocab_to_training(tmp_path):
     # 2. ELECTRA examples with it (the flavor follows the objective)
     out = tmp_path / "out"
     invoke("prepare", CHINESE, WIKITEXT, "--objective", "electra", "-t", tokenizer, "--max-seq-length", 64,
-           "--workers", 2, "-o", out, "--no-progress")
+           "--workers", 2, "--split-size", "1MiB", "-o", out, "--no-progress")  # a task (and shard) per file
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["tokenizer_flavor"] == "electra" and manifest["masking"] == "none"
     assert manifest["totals"]["instances"] > 1000

@@ -55,26 +55,29 @@ def ten_mb(tmp_path_factory):
     return path
 
 
-def test_a_small_corpus_is_cut_in_several_tasks_by_default(ten_mb):
+def test_a_small_corpus_is_cut_in_tasks_of_one_block_by_default(ten_mb):
     plan = plan_tasks(config([ten_mb]))
     size = ten_mb.stat().st_size
-    assert plan.split_bytes == 1 * MIB
-    assert len(plan.tasks) == -(-size // MIB) >= 10  # so several workers share it
+    assert plan.split_bytes == 4 * MIB  # the floor: one default processing block
+    assert len(plan.tasks) == -(-size // (4 * MIB)) == 3
     assert sum(t.input_bytes for t in plan.tasks) == size
     # the task size, hence the plan, depends on the input only
     assert plan_tasks(config([ten_mb], workers=1)).fingerprint() == plan_tasks(config([ten_mb], workers=7)).fingerprint()
 
 
 def test_a_set_split_size_wins_over_auto(ten_mb):
-    plan = plan_tasks(config([ten_mb], split_bytes="4MiB"))
-    assert plan.split_bytes == 4 * MIB and len(plan.tasks) == 3
-    assert plan_tasks(config([ten_mb], split_bytes="auto")).split_bytes == 1 * MIB
+    plan = plan_tasks(config([ten_mb], split_bytes="1MiB"))
+    assert plan.split_bytes == 1 * MIB and len(plan.tasks) == 10
+    assert plan_tasks(config([ten_mb], split_bytes="auto")).split_bytes == 4 * MIB
 
 
 def test_small_files_are_grouped_up_to_the_auto_size():
     plan = plan_tasks(config([SAMPLE_TEXT, WIKITEXT, WIKIEXTRACTOR]))  # 4 KB, 0.95 MiB, 0.99 MiB
-    assert plan.split_bytes == 1 * MIB
-    # in URL order: sample_text.txt, wikiextractor-AA.txt, wikitext2-train-1MB.txt
+    assert plan.split_bytes == 4 * MIB
+    # in URL order: sample_text.txt, wikiextractor-AA.txt, wikitext2-train-1MB.txt, in one task
+    assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKIEXTRACTOR), str(WIKITEXT)]]
+    # a set size groups them up to it
+    plan = plan_tasks(config([SAMPLE_TEXT, WIKITEXT, WIKIEXTRACTOR], split_bytes="1MiB"))
     assert [[p.url for p in t.pieces] for t in plan.tasks] == [[str(SAMPLE_TEXT), str(WIKIEXTRACTOR)], [str(WIKITEXT)]]
 
 

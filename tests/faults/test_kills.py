@@ -251,6 +251,7 @@ def test_a_pool_that_breaks_while_submit_starts_a_worker_is_started_again(tmp_pa
     pool = TaskPool(cfg, 2)
     try:
         broken_pool = pool._pool
+        broken_pool.submit(os.getpid).result(timeout=120)  # a spawned pool starts its workers on demand
         pids = list(broken_pool._processes)
         assert pids
         for pid in pids:

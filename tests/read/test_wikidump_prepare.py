@@ -88,12 +88,13 @@ def multi_baseline(tmp_path_factory) -> dict:
 
 
 def test_one_command_reads_each_kind_of_dump(tmp_path, plain_xml):
-    """``prepare DUMP -o OUT -t VOCAB`` with nothing else: multistream (index found beside it),
-    single-stream bz2 and plain XML are detected, split and read to the same documents."""
+    """``prepare DUMP -o OUT -t VOCAB`` with nothing else but a task size that cuts these small
+    dumps (the default is at least 4 MiB): multistream (index found beside it), single-stream bz2
+    and plain XML are detected, split and read to the same documents."""
     runs = {}
     for kind, dump in (("multistream", MULTI), ("bz2", SINGLE), ("xml", plain_xml)):
         out = tmp_path / kind
-        proc = cli("prepare", dump, "-o", out, "-t", VOCAB, "--workers", "1")
+        proc = cli("prepare", dump, "-o", out, "-t", VOCAB, "--workers", "1", "--split-size", "1MiB")
         assert f"documents read {SAMPLE_ARTICLES}; skipped: disambiguation 8, namespace 1, redirect 99" in proc.stdout
         manifest, plan = manifest_of(out), plan_of(out)
         (file,) = plan["files"]
@@ -105,7 +106,7 @@ def test_one_command_reads_each_kind_of_dump(tmp_path, plain_xml):
         assert manifest["totals"]["documents_skipped"] == SAMPLE_SKIPS
         assert manifest["totals"]["bytes_read"] == dump.stat().st_size
         runs[kind] = (manifest, pieces)
-    # the auto task size (1 MB) cuts each file its own way: at a stream start of the index, at a
+    # a 1 MiB task size cuts each file its own way: at a stream start of the index, at a
     # compressed byte, every 1 MiB of XML
     assert [p["start"] for p in runs["multistream"][1]] == [0, 1075205]
     assert [p["start"] for p in runs["bz2"][1]] == [0, 1 << 20]
