@@ -67,8 +67,9 @@ def auto_split_bytes(total_bytes: int) -> int:
     task also costs a few milliseconds (its shard file and marker, its first block's check), so
     one worker on 2 cores ran 1 GB about 7% slower in 256 tasks than in 32
     (docs/performance.md). 4 MiB is the default processing block: a smaller task makes smaller
-    blocks, and 1 MiB blocks cost 12% more per byte. 64 MiB bounds what a lost task costs on a
-    big corpus. The size depends on the input only, never on the worker count, so the output
+    blocks, and one worker took 2.33 s for 100 MB in 1 MiB blocks against 2.14 s in 4 MiB ones
+    (benchmarks/results/block-sizes-100MB.txt). 64 MiB bounds what a lost task costs on a big
+    corpus. The size depends on the input only, never on the worker count, so the output
     does not either.
     """
     per_task = -(-max(total_bytes, 1) // AUTO_TASKS)
