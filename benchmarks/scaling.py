@@ -16,7 +16,7 @@ and at about 5 MB/s a core it would take most of the time). Each measurement is 
 (``prepare_bench.py``'s children); medians of ``--repeats`` rounds.
 
     python benchmarks/scaling.py --input path/to/wikitext2-train.txt --size 1GB --raw-size 64MB \\
-        --workers 1,2,4,8,16 --tasks 256 --repeats 3 --out benchmarks/results/scaling-16-cores.json
+        --workers 1,2,4,8,16 --tasks 64 --repeats 3 --out benchmarks/results/scaling-16-cores.json
 """
 
 from __future__ import annotations

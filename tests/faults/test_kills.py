@@ -242,7 +242,8 @@ def test_a_pool_that_breaks_while_submit_starts_a_worker_is_started_again(tmp_pa
     makes the pool's manager thread close the pipes submit is pickling, and submit raises
     ``OSError: handle is closed`` instead of ``BrokenProcessPool`` (seen about once in five runs
     of the test above). The window is microseconds, so the pool is really broken here (its workers
-    killed) and the raise is placed inside that window; the task must then run in a new pool."""
+    killed) and the raise is placed inside that window, whatever the start method; the task must
+    then run in a new pool."""
     from mlm_pipeline.executors.local import TaskPool
     from mlm_pipeline.run.state import start_run
 
