@@ -194,9 +194,7 @@ class TaskPool:
         try:
             return self._pool.submit(_run_in_worker, task, self.config)
         except BrokenProcessPool as exc:
-            refused: Future = Future()
-            refused.set_exception(exc)
-            return refused
+            broken = exc
         except OSError as exc:
             # A spawned pool starts a worker inside submit, pickling the pool's pipes for it. If a
             # worker dies just then, the pool's manager thread marks the pool broken and closes
@@ -205,9 +203,9 @@ class TaskPool:
                 raise
             broken = BrokenProcessPool(f"the process pool broke while it started a worker ({exc})")
             broken.__cause__ = exc
-            refused = Future()
-            refused.set_exception(broken)
-            return refused
+        refused: Future = Future()
+        refused.set_exception(broken)
+        return refused
 
     def wait(self, futures: Iterable[Future], on_progress: ProgressFn, timeout: float = 0.5) -> set[Future]:
         """The futures done within ``timeout`` (at least one if any is done); passes progress on."""

@@ -349,7 +349,8 @@ def write_marker(output: str, marker: dict) -> None:
     """Mark a task complete: called last by whoever ran it, after its shards are committed.
 
     Compact JSON: with ``indent`` Python encodes in pure Python, 0.25 ms for a marker with its
-    token counts against 0.07 ms (benchmarks/results/marker-json.txt), once per task (``jq .`` shows one indented)."""
+    token counts against 0.07 ms (benchmarks/results/marker-json.txt), once per task; ``jq .``
+    shows one indented."""
     fs.atomic_write_bytes(layout.marker_url(output, marker["task_id"]),
                           json.dumps(marker, separators=(",", ":")).encode())
 
