@@ -175,6 +175,14 @@ def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_s
     return ctx.tokenizer_backend or None
 
 
+def _check_all_written(task: Task, block_stats: _BlockStats, shards: list[dict]) -> None:
+    """Every instance the task built is in its committed files, or the task fails (no marker)."""
+    built, written = block_stats.pairs.get("instances", 0), sum(s["instances"] for s in shards)
+    if built != written:
+        raise RuntimeError(f"task {task.task_id} built {built:,} instances but its files hold {written:,}: "
+                           "a defect of mlm-pipeline's writer; the task is not marked done")
+
+
 def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = None) -> dict:
     """Process one task completely and return its marker, which it writes last (the task is done)."""
     started = time.time()
@@ -218,6 +226,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
                 _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink)
             report()
         shards = sink.close()
+        _check_all_written(task, block_stats, shards)
     except BaseException:
         sink.abort()
         raise

@@ -106,13 +106,16 @@ def test_default_mode_within_tolerances_of_the_golden_and_independent_of_workers
     assert t["single_segment"] == round(got["single_segment"] * got["examples"])
 
 
-def test_num_out_files_in_default_mode_deals_examples_round_robin(tmp_path):
+@pytest.mark.parametrize("blocks", [[], ["--block-size", "2KB"]], ids=["one-block", "blocks-of-fewer-than-7"])
+def test_num_out_files_in_default_mode_deals_examples_round_robin(tmp_path, blocks):
+    """With 2 KB blocks, most blocks build fewer examples than there are files, starting at
+    another file each time: every example still lands in file n % 7."""
     name = "zh-en-200KB-s128-seed7"
     settings, _ = load_golden(name)
     corpus = corpus_dir(name, tmp_path)
     plain, dealt = tmp_path / "plain", tmp_path / "dealt"
-    assert prepare(*golden_args(name, settings, corpus, plain), "--workers", 1)[0] == 0
-    code, log = prepare(*golden_args(name, settings, corpus, dealt), "--workers", 2, "--num-out-files", 7)
+    assert prepare(*golden_args(name, settings, corpus, plain), "--workers", 1, *blocks)[0] == 0
+    code, log = prepare(*golden_args(name, settings, corpus, dealt), "--workers", 2, "--num-out-files", 7, *blocks)
     assert code == 0, log
     rows, _ = output_rows(plain)
     dealt_rows, manifest = output_rows(dealt)

@@ -220,7 +220,8 @@ class OutFilesSink:
     def write(self, batch: InstanceBatch) -> None:
         m = len(self.indices)
         rows = (self.next + np.arange(len(batch))) % m
-        for k in range(min(m, len(batch))):
+        # the files this batch reaches: all of them, or the len(batch) in turn from ``next``
+        for k in range(m) if len(batch) >= m else rows.tolist():
             taken = np.flatnonzero(rows == k)
             buffer = io.BytesIO()
             writer = self.format.open_writer(buffer, **self.writer_args)
