@@ -309,8 +309,11 @@ def _echo_worker_summary(summary: dict) -> dict | None:
     if summary["manifest"] is not None:
         typer.echo("this worker completed the run and wrote manifest.json")
         return summary["manifest"]
-    if summary["tasks_done"] >= summary["tasks_total"]:
+    if summary.get("manifest_exists"):
         typer.echo("run complete; manifest.json was written by another worker")
+    elif summary["tasks_done"] >= summary["tasks_total"]:
+        typer.echo("every task has a marker but manifest.json is not written yet (a task may be being "
+                   f"redone): run mlm-pipeline finalize {summary['output']} to check")
     else:
         typer.echo("other workers' tasks are still running; the last to finish writes manifest.json "
                    "(or run: mlm-pipeline finalize OUTPUT)")

@@ -395,6 +395,16 @@ def remove(url: str) -> None:
         pass
 
 
+def remove_tree(url: str) -> None:
+    """Delete a directory (or an object store's prefix) and all it holds; a missing one is not an error."""
+    fs, path = get_fs(url)
+    fs.invalidate_cache(path)
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
 def list_sizes(url: str) -> dict[str, int]:
     """``{name: size}`` of the files in a directory or prefix, listed afresh (one LIST request)."""
     fs, path = get_fs(url)
@@ -426,5 +436,6 @@ __all__ = [
     "read_bytes",
     "read_many",
     "remove",
+    "remove_tree",
     "remove_write_leftovers",
 ]

@@ -15,11 +15,13 @@ import logging
 import os
 import sys
 
+from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.executors.array import task_share
 from mlm_pipeline.executors.base import Executor
 from mlm_pipeline.progress import Progress
+from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import RunLock
 from mlm_pipeline.run.manifest import finalize_if_complete, write_manifest
 from mlm_pipeline.run.state import RunStart, done_task_ids, start_run
@@ -128,4 +130,5 @@ def _worker_summary(config: PrepareConfig, start: RunStart, executor: Executor, 
     total = len(start.plan.tasks)
     return {"mode": mode, "worker": worker, "ran": ran, "tasks_total": total,
             "tasks_done": min(len(done_task_ids(config.output)), total), "manifest": manifest,
+            "manifest_exists": manifest is not None or fs.exists(layout.manifest_url(config.output)),
             "output": config.output}

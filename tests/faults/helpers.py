@@ -67,4 +67,7 @@ def assert_as_clean(out: Path, clean: dict) -> dict:
     assert verify_output(str(out)).ok
     left = leftovers(out)
     assert left == [], left
+    # no shard the manifest does not list (what a glob over shards/ would read)
+    on_disk = sorted(f"shards/{p.name}" for p in (out / "shards").iterdir())
+    assert on_disk == sorted(s["path"] for s in manifest["shards"])
     return manifest

@@ -116,6 +116,57 @@ def test_a_missing_shard_is_named_and_redone(corpus, clean_run, tmp_path, tally)
     tally.record("missing shard, resume")
 
 
+def test_claim_workers_redo_a_task_whose_shard_is_missing(corpus, clean_run, tmp_path, caplog):
+    """A claim worker skips any task with a marker: the resume deletes the markers it does not
+    count, so the task is claimed, redone, and the manifest written."""
+    out, clean = _copy_clean(clean_run, tmp_path, "parquet")
+    entry = clean["shards"][1]
+    (out / entry["path"]).unlink()
+    (out / "manifest.json").unlink()
+    from mlm_pipeline.pipeline import run_prepare
+
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        summary = run_prepare(run_config(corpus, out, claim=True, lease_seconds=20), show_progress=False)
+    assert f"shard {entry['path']} is missing" in caplog.text
+    assert summary["ran"] == [entry["path"].split("-")[1]]  # part-TASK-K
+    assert summary["manifest"] is not None
+    assert_as_clean(out, clean)
+
+
+def test_a_rerun_deletes_shards_an_earlier_attempt_left_beyond_its_own(corpus, clean_run, tmp_path):
+    """An attempt that was stopped (or read other input) may have committed more shards of a
+    task than its rerun writes: the rerun deletes them."""
+    out, clean = _copy_clean(clean_run, tmp_path, "parquet")
+    task_id = clean["shards"][0]["path"].split("-")[1]
+    own = sorted((out / "shards").glob(f"part-{task_id}-*"))
+    extra = [own[0].with_name(f"part-{task_id}-{len(own) + k:05d}.parquet") for k in range(2)]
+    for path in extra:
+        shutil.copyfile(own[0], path)
+    (out / "_tasks" / f"{task_id}.json").unlink()  # the task stopped before its marker
+    (out / "manifest.json").unlink()
+    _rerun(corpus, out, "parquet")
+    assert not any(p.exists() for p in extra)
+    assert_as_clean(out, clean)
+
+
+def test_replacing_a_run_that_completed_no_task_empties_its_shards(corpus, clean_run, tmp_path, caplog):
+    """A run stopped before any task completed, with shards of 500 instances committed, then
+    run again with 1,500 a shard: the replaced run's shards are gone, not read by a glob."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    run_prepare(run_config(corpus, out, max_instances_per_shard=500), show_progress=False)
+    for marker in (out / "_tasks").iterdir():
+        marker.unlink()  # as if stopped with shards committed and no task done
+    (out / "manifest.json").unlink()
+    assert len(list((out / "shards").iterdir())) > len(clean["shards"])
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        _rerun(corpus, out, "parquet")
+    assert "replacing the run" in caplog.text
+    assert_as_clean(out, clean)
+
+
 def test_verify_of_a_directory_without_a_run_exits_2(tmp_path):
     code, text = _cli("verify", tmp_path)
     assert code == 2 and "holds no run" in text

@@ -9,8 +9,9 @@ this worker's share in array mode (:mod:`.array`); the executor
 * yields each finished task's marker (which the task itself already wrote, last) as it completes,
 * when a task raises, goes on with the other tasks (one bad input piece must not cost the rest
   of the run), then raises :class:`~mlm_pipeline.errors.TaskFailed` naming the first failed task
-  (:class:`Failures`); a rerun of the same command redoes only the failed tasks. Tasks stopped
-  on the way out (Ctrl-C) have committed nothing visible.
+  (:class:`Failures`); a rerun of the same command redoes only the failed tasks. A task stopped
+  on the way out (Ctrl-C) has no marker, so it does not count, though shards it filled may be
+  committed: its rerun writes them again, byte for byte, and deletes any beyond its own.
 
 Which tasks are done, resuming, and the manifest belong to :mod:`mlm_pipeline.run`; an executor
 never writes them and never imports the driver. Adding an executor is one module with a class

@@ -296,7 +296,7 @@ class TaskPool:
         if self._pool is None:
             return
         processes = dict(getattr(self._pool, "_processes", None) or {})
-        if cancel:  # unfinished tasks have committed nothing visible
+        if cancel:  # an unfinished task writes no marker: it is redone (see executors.base)
             for proc in processes.values():
                 proc.terminate()
         _shut_down(self._pool)

@@ -163,7 +163,22 @@ class ShardSink:
         elif self._writer is not None:
             self._close_file()
             os.unlink(self._tmp_path)
+        self._remove_stale()
         return self.shards
+
+    def _remove_stale(self) -> None:
+        """Delete this task's shards numbered past the ones it committed. Shards are committed as
+        they fill, in order, so an earlier attempt of the task that was stopped (or that read
+        other input, or ran with other settings in a replaced run) may have left more of them,
+        which a glob over ``shards/`` would read; a rerun rewrites the others with the same
+        bytes. One existence check when there are none."""
+        k = len(self.shards)
+        while True:
+            url = fs.join(layout.shards_url(self.output), layout.shard_name(self.task_id, k, self.format.name))
+            if not fs.exists(url):
+                return
+            fs.remove(url)
+            k += 1
 
     def abort(self) -> None:
         if self._writer is not None:

@@ -58,6 +58,7 @@ class CompletedTasks:
         self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
+        self.rejected: list[str] = []  # tasks with a marker that does not count (see completed_tasks)
 
     @classmethod
     def of(cls, plan: Plan, markers: Iterable[dict]) -> CompletedTasks:
@@ -154,6 +155,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if clean:
         clean_tmp(config.output)
     done = completed_tasks(config, plan)
+    forget_rejected(config.output, done)
     if done:
         log.info("resuming: %d of %d tasks already complete", len(done), len(plan.tasks))
     return RunStart(plan=plan, record=record, done=done)
@@ -249,6 +251,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     if problems and replace_empty and not done_task_ids(config.output):
         log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
         fs.remove(layout.plan_url(config.output))
+        for directory in layout.shard_dir_urls(config.output):  # shards its stopped tasks committed
+            fs.remove_tree(directory)
         fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
         return
     if problems:
@@ -370,26 +374,36 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
     fingerprint = config.output_fingerprint()  # (milliseconds with many inputs: once, not per marker)
     ids = [t.task_id for t in plan.tasks if t.task_id in names]
     done = CompletedTasks(plan)
-    for data in fs.read_many([layout.marker_url(config.output, i) for i in ids]):
+    for task_id, data in zip(ids, fs.read_many([layout.marker_url(config.output, i) for i in ids])):
         try:
             marker = json.loads(data) if data is not None else None
         except json.JSONDecodeError:
             marker = None
         if marker is None or marker.get("output_fingerprint") != fingerprint:
-            continue  # unreadable, or made with other settings: redo the task
+            done.rejected.append(task_id)  # unreadable, or made with other settings: redo the task
+            continue
         bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
         if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
             log.warning("redoing task %s: shard %s is %s", marker["task_id"], bad[0],
                         "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
                         f"{shard_sizes[bad[0].rsplit('/', 1)[-1]]} bytes, its marker says {_bytes_of(marker, bad[0])}")
+            done.rejected.append(task_id)
             continue
         done.add(marker)
     return done
+
+
+def forget_rejected(output: str, done: CompletedTasks) -> None:
+    """Delete the markers :func:`completed_tasks` did not count, so that a marker's presence means
+    the same to every worker as a checked marker: claim workers skip any task that has one, and
+    would otherwise never redo a task whose shard was lost, while no manifest could be written."""
+    for task_id in done.rejected:
+        fs.remove(layout.marker_url(output, task_id))
 
 
 def _bytes_of(marker: dict, path: str) -> int:
     return next(s["bytes"] for s in marker["shards"] if s["path"] == path)
 
 
-__all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "load_run",
+__all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "forget_rejected", "load_run",
            "run_record", "save_plan", "start_run", "task_timing", "write_marker"]
