@@ -253,3 +253,29 @@ def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, c
     # given with -t, the same file is the tokenizer; given as an input alone, nothing is left to read
     with pytest.raises(InputError, match="vocabulary"):
         plan_tasks(config([str(corpus / "vocab.txt")]))
+
+
+def test_hidden_files_and_directories_are_not_inputs(tmp_path):
+    """A corpus directory that is a git checkout: .git/ and the like are not training text."""
+    corpus = tmp_path / "corpus"
+    for name in ("a.txt", "sub/b.txt", ".notes.txt", ".git/HEAD", ".git/hooks/pre-commit.sample", "sub/.cache/c.txt"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_text("One sentence here. Another one there.\n")
+    plan = plan_tasks(config([corpus]))
+    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(corpus / "sub" / "b.txt")]
+
+
+def test_the_output_inside_an_input_directory_is_not_input(tmp_path):
+    """``prepare data/ -o data/out``: the run's own files are never read, so the same command resumes."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_bytes(SAMPLE_TEXT.read_bytes())
+    run = PrepareConfig(inputs=[str(data)], output=str(data / "out"), tokenizer=str(VOCAB), workers=1, progress=False)
+    first = run_prepare(run, show_progress=False)
+    assert [f["path"] for f in first["inputs"]] == [str(data / "a.txt")]
+    again = run_prepare(run, show_progress=False)  # the output's shards and markers are not new inputs
+    assert again["shards"] == first["shards"]
+    with pytest.raises(InputError, match="is inside the output"):
+        plan_tasks(config([data / "out"]).model_copy(update={"output": str(data)}))

@@ -121,7 +121,7 @@ def _walk_local(root: str, skipped: list[dict]) -> dict[str, dict]:
     """The files under a local directory, following links to directories once: a link to a
     directory already listed (a loop, or the same files twice) and whatever cannot be read (a
     broken link, a socket, a directory without permission) are added to ``skipped`` with their
-    reason. Hidden files are left out, as from a listing."""
+    reason. Hidden files and directories are left out, as from a listing."""
     found: dict[str, dict] = {}
     seen: set[tuple[int, int]] = set()
 
@@ -142,10 +142,10 @@ def _walk_local(root: str, skipped: list[dict]) -> dict[str, dict]:
             return
         for entry in entries:
             try:
+                if entry.name.startswith("."):  # hidden files and directories (.git/, .cache/, ...)
+                    continue
                 if entry.is_dir(follow_symlinks=True):
                     visit(entry.path)
-                elif entry.name.startswith("."):
-                    continue
                 elif entry.is_file(follow_symlinks=True):
                     found[entry.path] = {"type": "file", "size": entry.stat(follow_symlinks=True).st_size}
                 elif entry.is_symlink() and not os.path.exists(entry.path):
@@ -157,6 +157,21 @@ def _walk_local(root: str, skipped: list[dict]) -> dict[str, dict]:
 
     visit(root)
     return found
+
+
+def _hidden_below(root: str, path: str) -> bool:
+    """``path`` is hidden, or lies in a hidden directory, below ``root`` (object-store keys)."""
+    return any(part.startswith(".") for part in path[len(root.rstrip("/")):].split("/"))
+
+
+def inside(directory: str):
+    """A test of whether a URL lies inside ``directory`` (a local one named as given or resolved)."""
+    if is_local(directory):
+        path = get_fs(directory)[1]
+        outers = {os.path.abspath(path).rstrip(os.sep) + os.sep, os.path.realpath(path).rstrip(os.sep) + os.sep}
+        return lambda url: is_local(url) and os.path.abspath(get_fs(url)[1]).startswith(tuple(outers))
+    outer = directory.rstrip("/") + "/"
+    return lambda url: url.startswith(outer)
 
 
 def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tuple[str, int]]:
@@ -187,7 +202,7 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
                 matches = _walk_local(path, skipped)
             elif info.get("type") == "directory":
                 infos = fs.find(path, detail=True)
-                matches = {m: i for m, i in infos.items() if not os.path.basename(m).startswith(".")}
+                matches = {m: i for m, i in infos.items() if not _hidden_below(path, m)}
             else:
                 matches = {path: info}
         if not matches:
@@ -431,6 +446,7 @@ __all__ = [
     "list_inputs",
     "list_sizes",
     "listdir",
+    "inside",
     "open_head",
     "open_url",
     "read_bytes",

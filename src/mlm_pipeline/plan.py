@@ -104,6 +104,13 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     options = ReadOptions.from_config(config)
     unlisted: list[dict] = []  # in a directory, what cannot be read (broken links, loops)
     listed = fs.list_inputs(config.inputs, unlisted)
+    in_output = fs.inside(config.output)
+    if any(in_output(url) for url, _ in listed):  # ``prepare data/ -o data/out``: its files are never input
+        log.info("leaving out the files inside the output %s", config.output)
+        listed = [(url, size) for url, size in listed if not in_output(url)]
+        if not listed:
+            raise InputError(f"no input found: every file of {', '.join(config.inputs)} is inside the output "
+                             f"{config.output}")
     reference = get_objective(config.objective).reference if config.reference else None
     if reference is None:
         # output depends on the input bytes, not on the order inputs are named in: files in URL order

@@ -159,3 +159,16 @@ def test_an_object_rewritten_with_the_same_size_is_refused_on_resume(seaweedfs, 
         client.put_object(Bucket=bucket, Key=key + "/a.txt", Body=bytes(edited))
         with pytest.raises(OutputError, match="input bytes of completed tasks changed"):
             run_prepare(config, show_progress=False)
+
+
+def test_hidden_objects_and_prefixes_under_an_input_prefix_are_not_inputs(seaweedfs):
+    from mlm_pipeline import fs
+
+    prefix = seaweedfs.new_prefix("hidden")
+    bucket, key = prefix[len("s3://"):].split("/", 1)
+    client = seaweedfs.client()
+    for name in ("a.txt", "sub/b.txt", ".notes.txt", ".git/HEAD", "sub/.cache/c.txt"):
+        client.put_object(Bucket=bucket, Key=f"{key}/{name}", Body=b"One sentence here.\n")
+    with s3_env(seaweedfs):
+        listed = [url for url, _ in fs.list_inputs([prefix])]
+    assert listed == [f"{prefix}/a.txt", f"{prefix}/sub/b.txt"]
