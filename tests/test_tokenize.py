@@ -166,3 +166,43 @@ def test_generated_text_gives_the_plain_tokenizers_ids(backend):
         assert encoded_ids(tok, texts) == plain_ids(tok, texts)
 
     check()
+
+
+@pytest.fixture(scope="module")
+def cased_vocab(tmp_path_factory):
+    """bert-base-uncased's entries with every fourth word capitalised: a cased vocabulary."""
+    words = VOCAB.read_text(encoding="utf-8").split("\n")
+    path = tmp_path_factory.mktemp("cased") / "vocab.txt"
+    path.write_text("\n".join(w.capitalize() if i % 4 == 0 and not w.startswith("[") else w
+                              for i, w in enumerate(words)), encoding="utf-8")
+    return path
+
+
+def test_case_mismatch_between_vocab_and_do_lower_case_is_named(cased_vocab, tmp_path, caplog):
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.tokenize import case_mismatch
+
+    assert case_mismatch(load_tokenizer(str(VOCAB), True)) is None
+    assert "uncased" in case_mismatch(load_tokenizer(str(VOCAB), False))
+    assert "is cased" in case_mismatch(load_tokenizer(str(cased_vocab), True))
+    assert case_mismatch(load_tokenizer(str(cased_vocab), False)) is None
+    # prepare says it before any work (Google's --do_lower_case=False with an uncased vocab)
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        manifest = run_prepare(PrepareConfig(inputs=[str(SAMPLE_TEXT)], output=str(tmp_path / "out"), tokenizer=str(VOCAB),
+                                             do_lower_case=False, workers=1, progress=False), show_progress=False)
+    assert "drop --no-do-lower-case" in caplog.text
+    assert manifest["totals"]["unk_tokens"] > 0.05 * manifest["totals"]["tokens"]  # what it costs on real text
+
+
+def test_do_lower_case_given_with_a_tokenizer_json_is_said_to_have_no_effect(tmp_path, caplog):
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.run.state import start_run
+
+    load_tokenizer(str(VOCAB)).tokenizer.save(str(tmp_path / "tokenizer.json"))  # lower-cases by its normalizer
+    settings = dict(inputs=[str(SAMPLE_TEXT)], tokenizer=str(tmp_path / "tokenizer.json"), progress=False)
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        start_run(PrepareConfig(output=str(tmp_path / "default"), **settings))
+        assert "no effect" not in caplog.text
+        start_run(PrepareConfig(output=str(tmp_path / "given"), do_lower_case=False, **settings))
+    assert "--do-lower-case/--no-do-lower-case has no effect" in caplog.text

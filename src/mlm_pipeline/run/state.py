@@ -30,7 +30,7 @@ from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece
 from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
-from mlm_pipeline.tokenize import load_tokenizer
+from mlm_pipeline.tokenize import case_mismatch, load_tokenizer
 from mlm_pipeline.formats.sink import clean_tmp
 
 log = logging.getLogger("mlm_pipeline")
@@ -141,6 +141,11 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     # fail early on a bad tokenizer or backend name
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
+    if (mismatch := case_mismatch(tok)) is not None:
+        log.warning("%s", mismatch)
+    elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":
+        log.warning("--do-lower-case/--no-do-lower-case has no effect with %s: a tokenizer.json lower-cases "
+                    "or not by its own normalizer", config.tokenizer)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(

@@ -8,7 +8,7 @@ from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, backend_names, register_backend
 from mlm_pipeline.tokenize.backends.hf import ENCODE_BATCH, encode_ids
 from mlm_pipeline.tokenize.electra import TOKENIZER_FLAVORS, read_google_vocab
-from mlm_pipeline.tokenize.loading import SpecialIds, TextTokenizer, load_tokenizer
+from mlm_pipeline.tokenize.loading import SpecialIds, TextTokenizer, case_mismatch, load_tokenizer
 
 __all__ = ["BACKENDS", "ENCODE_BATCH", "SpecialIds", "TOKENIZER_FLAVORS", "TextTokenizer", "TokenizerError",
-           "backend_names", "encode_ids", "load_tokenizer", "read_google_vocab", "register_backend"]
+           "backend_names", "case_mismatch", "encode_ids", "load_tokenizer", "read_google_vocab", "register_backend"]

@@ -107,6 +107,31 @@ def _continuation_table(tok: Tokenizer) -> np.ndarray:
     return table
 
 
+CASED_VOCAB_SHARE = 0.01
+"""A WordPiece vocabulary with more than this share of entries holding an upper-case letter is
+cased (bert-base-cased: 20%; bert-base-uncased: none but its [CLS]-style specials)."""
+
+
+def case_mismatch(tok: "TextTokenizer") -> str | None:
+    """Why ``do_lower_case`` does not fit a vocab.txt, or None: Google's classic mistake, an
+    uncased vocabulary read without lower-casing (every capitalised word turns into [UNK] or
+    pieces), or a cased one lower-cased (its upper-case entries never used)."""
+    if tok.kind != "wordpiece-vocab":
+        return None  # a tokenizer.json or model directory says itself how it normalises
+    # 2,000 entries spread over the vocabulary tell (reading all of it took 10 ms of the start-up)
+    size = tok.vocab_size
+    words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
+             if t is not None and not (t.startswith("[") and t.endswith("]"))]
+    cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
+    if cased and tok.do_lower_case:
+        return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
+                "--no-do-lower-case uses them")
+    if not cased and not tok.do_lower_case:
+        return ("the vocabulary is uncased (no upper-case entries) but --no-do-lower-case keeps the text's "
+                "case: capitalised words become [UNK] or pieces; drop --no-do-lower-case")
+    return None
+
+
 @dataclass(frozen=True)
 class SpecialIds:
     cls: int
