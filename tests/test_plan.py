@@ -279,3 +279,15 @@ def test_the_output_inside_an_input_directory_is_not_input(tmp_path):
     assert again["shards"] == first["shards"]
     with pytest.raises(InputError, match="is inside the output"):
         plan_tasks(config([data / "out"]).model_copy(update={"output": str(data)}))
+
+
+@pytest.mark.parametrize("encoding, said", [("utf-16", "it starts with a byte-order mark"),
+                                            ("utf-16-le", "every other byte")])
+def test_a_utf16_text_file_is_named_as_such_with_how_to_convert_it(tmp_path, encoding, said):
+    utf16 = tmp_path / "notes.txt"
+    utf16.write_bytes(SAMPLE_TEXT.read_text(encoding="utf-8").encode(encoding))
+    plan = plan_tasks(config([utf16, SAMPLE_TEXT]))
+    [skipped] = plan.skipped_files
+    assert skipped["path"] == str(utf16) and skipped["reason"] == "binary"
+    assert said in skipped["detail"] and "text in UTF-16" in skipped["detail"]
+    assert "iconv -f UTF-16 -t UTF-8" in skipped["detail"]

@@ -106,6 +106,9 @@ _SIGNATURES = (
 )
 
 
+_CONVERT_UTF16 = "convert it to UTF-8 first: iconv -f UTF-16 -t UTF-8 FILE > FILE.txt"
+
+
 def binary_reason(head: bytes, asked: int) -> str | None:
     """Why ``head`` (the first ``asked`` bytes of a file, or all of a shorter one) is not text.
 
@@ -119,8 +122,12 @@ def binary_reason(head: bytes, asked: int) -> str | None:
     for magic, what in _SIGNATURES:
         if head.startswith(magic):
             return f"binary data; it looks like {what}"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return f"text in UTF-16 (it starts with a byte-order mark); {_CONVERT_UTF16}"
     nuls = head.count(b"\x00")
     if nuls > max(1, len(head) // 100):
+        if max(head[0::2].count(0), head[1::2].count(0)) > 0.9 * (len(head) // 2):  # ASCII as UTF-16
+            return f"{nuls} NUL bytes in the first {len(head)} bytes, every other byte: text in UTF-16; {_CONVERT_UTF16}"
         return f"{nuls} NUL bytes in the first {len(head)} bytes"
     text = head.decode("utf-8", "replace")
     if len(head) == asked:  # the head may end inside a character
