@@ -105,8 +105,10 @@ def test_inspect_and_report(tmp_path, fmt):
     assert "next_sentence_label" in shown
     shard = next((out / "shards").iterdir())
     assert cli("inspect", shard, "-n", "1").stdout.count("[CLS]") == 1
-    js = cli("inspect", shard, "-n", "2", "--json").stdout.splitlines()[1:]
-    assert len(js) == 2 and "masked_lm_positions" in json.loads(js[0])
+    shown = cli("inspect", shard, "-n", "2", "--json")
+    js = [json.loads(line) for line in shown.stdout.splitlines()]  # JSON lines only: `| jq` works
+    assert len(js) == 2 and "masked_lm_positions" in js[0]
+    assert shown.stderr.startswith(f"== {shard}: ")  # the shard's name goes to stderr
     rep = cli("report", out).stdout
     assert "masked tokens" in rep and "instance length" in rep and "random-next" in rep
     cli("inspect", tmp_path / "missing", check_code=2)
@@ -267,7 +269,9 @@ def test_googles_command_from_the_bert_readme_gives_the_native_shards(tmp_path):
     shutil.copy(VOCAB, tmp_path / "bert" / "vocab.txt")
     google = [a.replace("/tmp/tf_examples", f"{tmp_path}/tf_examples").replace("$BERT_BASE_DIR", str(tmp_path / "bert"))
               for a in GOOGLE_COMMAND]
-    cli("prepare", *google, "--no-progress", cwd=tmp_path)
+    said = cli("prepare", *google, "--no-progress", cwd=tmp_path).stderr
+    # Google's --output_file names a file; here it is the directory, and the note gives the glob
+    assert f"run_pretraining.py --input_file='{tmp_path}/tf_examples.tfrecord/shards/*.tfrecord'" in said
     cli("prepare", "./sample_text.txt", "-o", "native", "--tokenizer", "bert/vocab.txt", "--do-lower-case",
         "--max-seq-length", "128", "--max-predictions-per-seq", "20", "--masked-lm-prob", "0.15",
         "--random-seed", "12345", "--dupe-factor", "5", "--no-progress", cwd=tmp_path)
@@ -295,6 +299,9 @@ def test_googles_flag_syntax(tmp_path):
     app, _ = parsing_app()
     bad = CliRunner().invoke(app, ["prepare", "a.txt", "-o", "o", "-t", "v", "--do_lower_case=maybe"])
     assert bad.exit_code == 2 and "expected True or False" in bad.output
+    listed = CliRunner().invoke(app, ["prepare", "a.txt", "-t", "v", "--output_file=o/a.tfrecord,o/b.tfrecord"],
+                                env={"COLUMNS": "240"})
+    assert listed.exit_code == 2 and "writes one output directory of shards" in listed.output
 
 
 def test_a_new_field_is_a_new_flag_and_config_key(tmp_path):

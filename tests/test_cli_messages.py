@@ -149,3 +149,34 @@ def test_the_progress_bar_is_drawn_without_a_thread_of_its_own():
         progress.task_done({})  # (redrawn at most every 0.1 s, and when the bar stops)
     assert "tasks 1/2" in stream.getvalue()
     assert threading.active_count() == before
+
+
+def test_a_latin1_corpus_is_warned_about_in_the_summary_and_the_report(tmp_path):
+    """WikiText in Latin-1: 130 of its 2,183 paragraphs hold accented characters, which are then not UTF-8."""
+    from conftest import WIKITEXT
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(WIKITEXT.read_text(encoding="utf-8").encode("latin-1", errors="replace"))
+    out = tmp_path / "out"
+    summary = cli("prepare", latin1, "-o", out, "-t", VOCAB, "--no-progress").stdout
+    totals = json.loads((out / "manifest.json").read_text())["totals"]
+    replaced = totals["documents_with_replaced_bytes"]
+    assert replaced > 0.03 * totals["documents_read"]
+    assert f"warning: {replaced:,} of the " in summary and "is the input in another encoding?" in summary
+    assert "is the input in another encoding?" in cli("report", out).stdout
+    clean = cli("prepare", WIKITEXT, "-o", tmp_path / "utf8", "-t", VOCAB, "--no-progress").stdout
+    assert "another encoding" not in clean
+
+
+def test_inspect_after_the_vocab_moved_and_report_of_a_shard_say_what_to_do(tmp_path):
+    vocab = tmp_path / "my-vocab.txt"
+    shutil.copy(VOCAB, vocab)
+    out = tmp_path / "out"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", vocab, "--no-progress")
+    vocab.rename(tmp_path / "moved.txt")
+    err = cli("inspect", out, "-n", "1", check_code=2).stderr
+    assert "the tokenizer this output was made with" in err and "--tokenizer/-t" in err and str(vocab) in err
+    assert "[CLS]" in cli("inspect", out, "-n", "1", "-t", tmp_path / "moved.txt").stdout
+    shard = next((out / "shards").iterdir())
+    err = cli("report", shard, check_code=2).stderr
+    assert "is a file: report reads an output directory" in err and f"mlm-pipeline inspect {shard}" in err

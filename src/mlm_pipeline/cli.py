@@ -161,12 +161,29 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
         else:
             if value is None and (value := next(rest, None)) is None:
                 raise typer.BadParameter(f"{arg} needs a value")
+            if s.name == "output":
+                _google_output(value)
             values = [v for v in value.split(",") if v] if s.is_list else [value]
             out += values if s.positional else [x for v in values for x in (s.flags[0], v)]
     return out
 
 
 _TRUE, _FALSE = {"true", "t", "1", "yes", "y"}, {"false", "f", "0", "no", "n"}
+
+_SHARD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr", ".record", ".parquet")
+
+
+def _google_output(value: str) -> None:
+    """Google's ``--output_file`` names files; ours names the output directory of shards. A
+    comma list is refused; a name like a file is said to become a directory, with the glob that
+    ``run_pretraining.py --input_file`` then takes."""
+    if "," in value:
+        raise typer.BadParameter(f"--output_file={value}: mlm-pipeline writes one output directory of shards "
+                                 "(tasks write their own files in parallel); give one path")
+    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES):
+        typer.secho(f"note: --output_file {value} is the output directory here: its shards are "
+                    f"{value.rstrip('/')}/shards/part-*; give run_pretraining.py "
+                    f"--input_file='{value.rstrip('/')}/shards/*.tfrecord'", fg=typer.colors.YELLOW, err=True)
 
 
 def _google_flag(arg: str, google: dict[str, Setting]) -> tuple[Setting | None, str | None]:
@@ -329,11 +346,12 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", metavar="", help="Print instances as JSON lines (ids) instead of decoded text."),
 ) -> None:
     """Show instances decoded back to text, with [MASK] visible and the masked labels."""
-    from mlm_pipeline.inspect import inspect_lines
+    from mlm_pipeline.inspect import SHARD_HEADER, inspect_lines
 
     try:
         for line in inspect_lines(path, n=n, tokenizer=tokenizer, do_lower_case=do_lower_case, as_json=as_json):
-            typer.echo(line)
+            # with --json, stdout holds JSON lines only (for jq and pandas): each shard's header goes to stderr
+            typer.echo(line, err=as_json and line.startswith(SHARD_HEADER))
     except BrokenPipeError:
         _stdout_gone()
     except (InspectError, OSError, ValueError) as exc:
@@ -391,6 +409,9 @@ def report(
     from mlm_pipeline.run.layout import manifest_url
 
     url = manifest_url(output)
+    if fs.is_local(output) and os.path.isfile(output):
+        _fail(f"{output} is a file: report reads an output directory (the one holding manifest.json); "
+              f"to look at one shard: mlm-pipeline inspect {output}")
     try:
         manifest = json.loads(fs.read_bytes(url))
     except FileNotFoundError:

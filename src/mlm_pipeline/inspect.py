@@ -11,7 +11,7 @@ import os
 from typing import Iterator
 
 from mlm_pipeline import fs
-from mlm_pipeline.errors import InspectError
+from mlm_pipeline.errors import InspectError, TokenizerError
 from mlm_pipeline.formats import OutputFormat, get_output_format, output_format_for_file, output_format_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
@@ -118,6 +118,9 @@ def format_instance(batch: InstanceBatch, i: int, tok) -> str:
     return f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"
 
 
+SHARD_HEADER = "== "  # starts the line naming each shard shown (the CLI sends it to stderr with --json)
+
+
 def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bool | None, as_json: bool) -> Iterator[str]:
     shards, settings, output_format = _resolve(path)
     first = _read(output_format, shards[0])  # a file that is no shard is named before any tokenizer is asked for
@@ -129,11 +132,19 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
         if not tok_path:
             raise InspectError("cannot tell which tokenizer made this shard: pass --tokenizer")
         lower = settings.get("do_lower_case", True) if do_lower_case is None else do_lower_case
-        tok = load_tokenizer(tok_path, lower, settings.get("tokenizer_flavor", "bert"))
+        try:
+            tok = load_tokenizer(tok_path, lower, settings.get("tokenizer_flavor", "bert"))
+        except TokenizerError as exc:
+            if tokenizer:
+                raise
+            # an output copied to another machine, or a vocab moved since: the recorded path is gone
+            raise InspectError(f"the tokenizer this output was made with, as its {layout.RUN_FILE} records it, "
+                               f"cannot be loaded ({exc}): pass a copy of it with --tokenizer/-t, or use --json "
+                               "for the ids") from None
     shown = 0
     for k, url in enumerate(shards):
         batch = first if k == 0 else _read(output_format, url)
-        yield f"== {url}: {len(batch):,} instances"
+        yield f"{SHARD_HEADER}{url}: {len(batch):,} instances"
         for i in range(min(len(batch), n - shown)):
             if as_json:
                 yield json.dumps(batch.row(i))

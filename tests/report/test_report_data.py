@@ -174,3 +174,18 @@ def test_plot_labels_and_many_tasks(prepared):
     assert plots["task_throughput"].caption.startswith("5000 tasks")
     page = render_html(data, list(plots.values()))
     assert "<code>the</code>" in page and page.count("<tr><td><code>") == 25
+
+
+def test_text_report_shows_the_unknown_share_and_the_most_frequent_tokens(prepared):
+    totals = json.loads((prepared / "manifest.json").read_text())["totals"]
+    text = cli("report", prepared).stdout
+    unknown, tokens = totals["unk_tokens"], totals["tokens"]
+    assert f"[UNK] tokens {unknown:,} ({unknown / tokens:.1%} of the tokens)" in text
+    token, count = max(totals["top_token_counts"].items(), key=lambda kv: kv[1])
+    assert f"most frequent tokens: {token} {count:,}, " in text and token == "the"
+
+
+def test_text_report_of_reference_mode_says_the_token_counts_are_not_tracked(tmp_path):
+    out = tmp_path / "ref"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--reference", "--no-progress")
+    assert f"[UNK] tokens, most frequent tokens: {REFERENCE_WHY}" in cli("report", out).stdout

@@ -67,7 +67,17 @@ def warnings(manifest: dict) -> list[str]:
     if tokens and unknown / tokens > UNKNOWN_SHARE_WARNING:
         out.append(f"{unknown / tokens:.0%} of the tokens are [UNK]: the vocabulary does not fit this text "
                    "(another vocabulary, --do-lower-case to match it, or train one with mlm-pipeline vocab)")
+    documents, replaced = t.get("documents_read", 0), t.get("documents_with_replaced_bytes", 0)
+    if documents and replaced / documents > REPLACED_SHARE_WARNING:
+        out.append(f"{replaced:,} of the {documents:,} documents read ({replaced / documents:.0%}) had bytes that are "
+                   "not UTF-8, replaced by U+FFFD and then dropped with the characters they were: is the input "
+                   "in another encoding? Convert it first (iconv -f LATIN1 -t UTF-8 for Latin-1)")
     return out
+
+
+REPLACED_SHARE_WARNING = 0.01
+"""A run in which more than this share of the documents had invalid UTF-8 gets a warning: a few
+such documents are usual in web text, many mean a file in another encoding (Latin-1, cp1252)."""
 
 
 UNTRACKED = "not tracked in reference mode"
@@ -134,6 +144,7 @@ def render_report(manifest: dict) -> str:
     lines.append(f"  sentences {t.get('sentences', 0):,}, tokens of the documents read {t.get('tokens', 0):,}")
     if t.get("documents_with_replaced_bytes"):
         lines.append(f"  documents with invalid UTF-8 replaced: {t['documents_with_replaced_bytes']:,}")
+    lines += _token_lines(t)
     lines += [
         "",
         "output",
@@ -147,7 +158,20 @@ def render_report(manifest: dict) -> str:
     if manifest.get("masking") != "none":
         lines += ["", "masked positions per instance", *_hist_lines(t.get("masked_per_instance_histogram", {}))]
     lines += _random_next_warning(manifest)
+    lines += [line for w in warnings(manifest) for line in ("", f"warning: {w}")]
     return "\n".join(lines)
+
+
+SHOWN_TOKENS = 12
+
+
+def _token_lines(t: dict) -> list[str]:
+    """The [UNK] share and the most frequent input tokens, where the run counted them."""
+    if "unk_tokens" not in t:
+        return [f"  [UNK] tokens, most frequent tokens: {UNTRACKED}"]
+    top = sorted(t.get("top_token_counts", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_TOKENS]
+    return [f"  [UNK] tokens {t['unk_tokens']:,} ({_share(t['unk_tokens'], t.get('tokens', 0))} of the tokens)",
+            "  most frequent tokens: " + (", ".join(f"{k} {v:,}" for k, v in top) or "(none)")]
 
 
 RANDOM_NEXT_WARNING_SHARE = 0.70
