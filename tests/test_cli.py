@@ -388,7 +388,23 @@ def test_bad_jsonl_records_are_logged_with_their_byte_offset(tmp_path):
     offsets = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
     assert f"{path}: the record at byte {offsets[1]} is skipped: not JSON" in got.stderr
     assert f"{path}: the record at byte {offsets[2]} is skipped: not a JSON object" in got.stderr
-    assert (f"{path}: the record at byte {offsets[3]} is skipped: no 'text' field (further bad records of this "
-            "task are only counted)") in got.stderr
+    assert (f"{path}: the record at byte {offsets[3]} is skipped: no 'text' field (it has 'title': --text-field "
+            "names the one with the text) (further bad records of this task are only counted)") in got.stderr
     assert f"byte {offsets[4]}" not in got.stderr
     assert "bad_record 4" in got.stdout
+
+
+def test_a_run_that_read_no_document_is_replaced_by_the_corrected_command(tmp_path):
+    """JSON lines with the text under "content": the first run reads nothing (exit 2) and says which
+    fields there are; the same output then takes the run with --text-field content."""
+    lines = [json.dumps({"id": i, "content": line}) for i, line in
+             enumerate(SAMPLE_TEXT.read_text(encoding="utf-8").splitlines()) if line.strip()]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "o"
+    first = cli("prepare", path, "-o", out, "-t", VOCAB, "--no-progress", check_code=2)
+    assert "no 'text' field (it has 'id', 'content': --text-field names the one with the text)" in first.stderr
+    again = cli("prepare", path, "-o", out, "-t", VOCAB, "--no-progress", "--text-field", "content")
+    assert "replacing the run" in again.stderr and "read no document" in again.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["totals"]["documents_read"] == len(lines) and manifest["config"]["text_field"] == "content"

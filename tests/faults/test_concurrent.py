@@ -51,7 +51,7 @@ def test_a_run_that_completed_no_task_is_replaced(corpus, clean_run, tmp_path, c
     start_run(run_config(corpus, out, max_seq_length=64))  # recorded, planned, nothing run
     with caplog.at_level("WARNING", logger="mlm_pipeline"):
         run_prepare(run_config(corpus, out, workers=2), show_progress=False)
-    assert "it completed no task (max-seq-length: 64 in the existing run, 128 now)" in caplog.text
+    assert "it completed no task, or read no document (max-seq-length: 64 in the existing run, 128 now)" in caplog.text
     assert_as_clean(out, clean)
     with pytest.raises(OutputError, match="already holds a run with other settings"):
         run_prepare(run_config(corpus, out, max_seq_length=64), show_progress=False)

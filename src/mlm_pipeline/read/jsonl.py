@@ -89,7 +89,8 @@ def _paragraph_docs(
             value = record.get(field) if isinstance(record, dict) else None
             if not isinstance(value, str):
                 what = "not a JSON object" if not isinstance(record, dict) else (
-                    f"no {field!r} field" if field not in record else f"{field!r} is not a string")
+                    f"no {field!r} field (it has {', '.join(map(repr, list(record)[:6]))}: --text-field names "
+                    "the one with the text)" if field not in record else f"{field!r} is not a string")
                 _bad_record(piece, offset, what, stats)
                 continue
             if b"\\u" in line or b"\\U" in line:  # escapes may hide NUL or lone surrogates

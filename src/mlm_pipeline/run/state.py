@@ -214,7 +214,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     existing ``_plan.json``) and the inputs' content.
 
     ``replace_empty``: a run with other settings that completed no task (it failed or was stopped
-    before any) is replaced instead (only where no other worker can be using the output).
+    before any) or read no document is replaced instead (only where no other worker can be using
+    the output).
     """
     url = layout.run_url(config.output)
     if fs.is_local(config.output):
@@ -253,9 +254,13 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
                             + (f": {changed}" if changed else " (different files or sizes)"))
     if not problems:
         problems += _changed_inputs(config.output, existing, record, plan)
-    if problems and replace_empty and not done_task_ids(config.output):
-        log.warning("replacing the run in %s: it completed no task (%s)", config.output, "; ".join(problems))
+    if problems and replace_empty and _read_nothing(config.output):
+        log.warning("replacing the run in %s: it completed no task, or read no document (%s)", config.output,
+                    "; ".join(problems))
         fs.remove(layout.plan_url(config.output))
+        fs.remove(layout.manifest_url(config.output))
+        for task_id in done_task_ids(config.output):
+            fs.remove(layout.marker_url(config.output, task_id))
         for directory in layout.shard_dir_urls(config.output):  # shards its stopped tasks committed
             fs.remove_tree(directory)
         fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
@@ -265,6 +270,20 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _read_nothing(output: str) -> bool:
+    """The run in ``output`` completed no task, or its tasks read no document (the wrong
+    --text-field, blank inputs): nothing of it is worth keeping against new settings."""
+    ids = sorted(done_task_ids(output))
+    for data in fs.read_many([layout.marker_url(output, i) for i in ids]):
+        try:
+            stats = json.loads(data)["stats"] if data is not None else {}
+        except (ValueError, KeyError, TypeError):
+            return False  # cannot tell: keep it
+        if stats.get("documents_read", 0) or stats.get("instances", 0):
+            return False
+    return True
 
 
 def _changed_inputs(output: str, existing: dict, record: dict, plan: Plan | None) -> list[str]:
