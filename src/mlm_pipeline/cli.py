@@ -66,8 +66,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _command(function: Callable) -> Callable:
-    """``app.command`` with the docstring as help, escaped so rich shows ``[torch]`` as written."""
-    return app.command(cls=_Command, no_args_is_help=True, help=escape(getdoc(function) or ""))(function)
+    """``app.command`` with the docstring as help, escaped so rich shows ``[torch]`` as written,
+    and each paragraph on one line: rich keeps a docstring's line breaks, then wraps again at the
+    terminal's width, which left half-empty lines."""
+    paragraphs = (getdoc(function) or "").split("\n\n")
+    doc = "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+    return app.command(cls=_Command, no_args_is_help=True, help=escape(doc))(function)
 
 
 def _stdout_gone() -> None:
