@@ -52,3 +52,8 @@ def test_brackets_in_help_are_shown_as_written():
     prepare = help_of("prepare", 100)
     assert "[prepare] table" in prepare and "[CLS] and [SEP]" in prepare and "80% [MASK]" in prepare
     assert "[MASK] visible" in help_of("inspect", 100)
+
+
+def test_a_docstring_paragraph_is_wrapped_by_the_terminal_not_by_the_source():
+    text = help_of("verify", 240)
+    assert "Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when every shard" in text
