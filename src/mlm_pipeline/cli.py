@@ -185,9 +185,12 @@ def _google_output(value: str) -> None:
         raise typer.BadParameter(f"--output_file={value}: mlm-pipeline writes one output directory of shards "
                                  "(tasks write their own files in parallel); give one path")
     if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES):
+        from mlm_pipeline.run import layout
+
+        shards = f"{value.rstrip('/')}/{layout.SHARDS_DIR}"
         typer.secho(f"note: --output_file {value} is the output directory here: its shards are "
-                    f"{value.rstrip('/')}/shards/part-*; give run_pretraining.py "
-                    f"--input_file='{value.rstrip('/')}/shards/*.tfrecord'", fg=typer.colors.YELLOW, err=True)
+                    f"{shards}/{layout.SHARD_PREFIX}*; give run_pretraining.py --input_file='{shards}/*.tfrecord'",
+                    fg=typer.colors.YELLOW, err=True)
 
 
 def _google_flag(arg: str, google: dict[str, Setting]) -> tuple[Setting | None, str | None]:

@@ -68,6 +68,7 @@ class FaultyProxy:
         self.slow_seconds = slow_seconds
         self.injected: collections.Counter[str] = collections.Counter()
         self.requests = 0
+        self._cut_pending = False
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._server.getsockname()[1]}"
@@ -78,12 +79,21 @@ class FaultyProxy:
         self._stopped = True
         self._server.close()
 
-    def _decide(self) -> str:
+    def _decide(self, has_body: bool) -> str:
+        """The fault for the next request. A ``cut-upload`` drawn for a request without a body
+        waits for the next one with a body, so that the cycle's cuts happen whatever the mix of
+        reads and writes."""
         with self._lock:
             self.requests += 1
             kind = next(self._cycle)
-            if kind == "ok" or sum(self.injected.values()) >= self.budget:
+            if sum(self.injected.values()) >= self.budget:
                 return "ok"
+            if kind == "cut-upload" and not has_body:
+                self._cut_pending = True
+                return "ok"
+            if kind == "ok" and self._cut_pending and has_body:
+                self._cut_pending = False
+                return "cut-upload"
             return kind
 
     def _count(self, kind: str) -> None:
@@ -104,8 +114,8 @@ class FaultyProxy:
             if not head:
                 client.close()
                 return
-            kind = self._decide()
             length = int(_header(head, b"content-length") or 0)
+            kind = self._decide(has_body=length > 1)
             if kind == "reset":
                 self._count(kind)
                 _rst(client)
