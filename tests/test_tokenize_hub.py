@@ -79,6 +79,7 @@ class _Hub(http.server.BaseHTTPRequestHandler):
 
     files: dict[str, bytes] = {}
     requests: list[str] = []
+    warning = "mlm-test; this hub is a test double"  # the hub's X-HF-Warning header, logged by huggingface_hub
 
     def _answer(self, body: bool) -> None:
         self.requests.append(self.path)
@@ -87,11 +88,13 @@ class _Hub(http.server.BaseHTTPRequestHandler):
         data = self.files.get(name) if parts[0] == "bert-base-uncased" else None
         if data is None:
             self.send_response(404)
+            self.send_header("X-HF-Warning", self.warning)
             self.send_header("X-Error-Code", "EntryNotFound" if parts[0] == "bert-base-uncased" else "RepoNotFound")
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
         self.send_response(200)
+        self.send_header("X-HF-Warning", self.warning)
         self.send_header("X-Repo-Commit", REVISION)
         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
         self.send_header("Content-Length", str(len(data)))
@@ -129,6 +132,8 @@ def test_a_hub_name_is_downloaded_when_the_network_allows(tmp_path, hub):
     assert any(r.endswith("/vocab.txt") for r in _Hub.requests)
     cached = tmp_path / "hub" / "models--bert-base-uncased" / "snapshots" / REVISION / "vocab.txt"
     assert cached.read_bytes() == VOCAB.read_bytes()
+    # huggingface_hub's warnings are printed by its own handler, not a second time by the CLI's
+    assert proc.stderr.count("this hub is a test double") == 1, proc.stderr
     # then offline, from what was downloaded: the same shards
     again = prepare(tmp_path, tmp_path / "offline", "bert-base-uncased", HF_HUB_OFFLINE="1")
     assert again.returncode == 0, again.stderr
