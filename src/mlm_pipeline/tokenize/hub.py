@@ -3,10 +3,10 @@
 A name that is not a local path but reads as a hub id (``name`` or ``org/name``, not ending in
 ``.txt`` or ``.json``) is looked up with ``huggingface_hub``: from the local HF cache
 (``HF_HOME``, ``HF_HUB_CACHE``), downloaded into it when the network allows, or, with
-``HF_HUB_OFFLINE=1`` and nothing cached, refused with a message that says how to get it. Only
-the tokenizer's files are fetched, never the weights; the directory they land in is then read as
-any local model directory (``tokenizer.json`` first, else ``vocab.txt`` with its
-``tokenizer_config.json``).
+``HF_HUB_OFFLINE=1`` or the hub out of reach and nothing cached, refused at once with a message
+that says how to get it. Only the tokenizer's files are fetched, never the weights; the directory
+they land in is then read as any local model directory (``tokenizer.json`` first, else
+``vocab.txt`` with its ``tokenizer_config.json``).
 """
 
 from __future__ import annotations
