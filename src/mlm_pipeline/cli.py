@@ -100,6 +100,9 @@ def _main(
         format="%(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("mlm_pipeline").setLevel(logging.INFO)
+    # huggingface_hub prints its warnings with a handler of its own; passed on to ours as well,
+    # each would be printed twice.
+    logging.getLogger("huggingface_hub").propagate = False
 
 
 # ---- prepare: its flags are built from the settings fields (mlm_pipeline.config) ----------------
