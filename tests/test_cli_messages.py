@@ -180,3 +180,12 @@ def test_inspect_after_the_vocab_moved_and_report_of_a_shard_say_what_to_do(tmp_
     shard = next((out / "shards").iterdir())
     err = cli("report", shard, check_code=2).stderr
     assert "is a file: report reads an output directory" in err and f"mlm-pipeline inspect {shard}" in err
+
+
+def test_the_same_prepare_on_a_finished_output_says_what_it_holds(tmp_path):
+    args = ("prepare", SAMPLE_TEXT, "-o", tmp_path / "out", "-t", VOCAB, "--no-progress")
+    first = cli(*args).stdout
+    assert first.startswith("wrote ")
+    again = cli(*args)
+    assert "resuming: 1 of 1 tasks already complete" in again.stderr
+    assert again.stdout.startswith(f"{tmp_path / 'out'} holds ") and "wrote" not in again.stdout

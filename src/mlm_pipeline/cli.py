@@ -284,6 +284,7 @@ def _run_prepare(config) -> None:
     configure_process(config.s3_endpoint_url)
     _stop_on_sigterm()
     try:
+        finished_before = _has_manifest(config.output)  # then the summary says what it holds, not "wrote"
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))
@@ -306,9 +307,19 @@ def _run_prepare(config) -> None:
         manifest = _echo_worker_summary(manifest)
         if manifest is None:
             return
-    typer.echo(render_summary(manifest, config.output))
+    typer.echo(render_summary(manifest, config.output, wrote=not finished_before))
     if not manifest["totals"].get("documents_read"):  # as when every input is empty: nothing to train on
         raise typer.Exit(2)
+
+
+def _has_manifest(output: str) -> bool:
+    from mlm_pipeline import fs
+    from mlm_pipeline.run import layout
+
+    try:
+        return fs.exists(layout.manifest_url(output))
+    except OSError:  # unreachable storage: the run itself says so
+        return False
 
 
 def _stop_on_sigterm() -> None:
