@@ -101,8 +101,9 @@ def test_resume_mid_epoch_gives_the_same_remaining_sequence(parquet_out, workers
         state = json.loads(json.dumps(dl.state_dict()))  # JSON-able
         resumed = make()
         resumed.load_state_dict(state)
-        assert len(resumed) == len(full) - stop
+        assert len(resumed) == len(full) and resumed.remaining() == len(full) - stop  # len: the whole epoch
         tail = run(resumed)
+        assert len(tail) == len(full) - stop
         assert_same_batches(head + tail, full)  # same samples, order, masks, batch boundaries
 
 

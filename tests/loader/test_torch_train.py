@@ -133,3 +133,25 @@ def test_runs_directory_is_ignored_by_git(repo_root):
 
     ignored = subprocess.run(["git", "check-ignore", "-q", "runs/tiny/loss.csv"], cwd=repo_root)
     assert ignored.returncode == 0
+
+
+def test_a_resumed_run_keeps_the_epochs_of_an_uninterrupted_one(tmp_path):
+    """Lightning restores its batch index with the loader's state; the loader's len is a whole
+    epoch, so the resumed epoch ends where the uninterrupted run's did and the later ones keep
+    their length (a length of the rest ended it early and kept that length for good)."""
+    from loader.loader_helpers import prepare_output
+    from mlm_pipeline.torch import MLMDataLoader, MLMDataset
+
+    out = prepare_output(tmp_path / "out", fmt="parquet", max_seq_length=64)
+    dataset = MLMDataset(out, shuffle_buffer=64, seed=0)
+    epoch = len(MLMDataLoader(dataset, batch_size=128, collate_fn=dataset.collator(), num_workers=2))
+    assert epoch >= 6
+    common = dict(data=out, batch_size=128, layers=1, hidden=32, heads=2, threads=1, eval_batches=1, log_every=0,
+                  shuffle_buffer=64, masking="static", num_workers=2, steps=2 * epoch + 3)
+    main(TrainConfig(**common, save_every=epoch // 2, output_dir=str(tmp_path / "a")))
+    main(TrainConfig(**common, output_dir=str(tmp_path / "b"),
+                     resume=str(tmp_path / "a" / "checkpoints" / f"step={epoch // 2}.ckpt")))
+    full, resumed = _rows(tmp_path / "a" / "loss.csv"), _rows(tmp_path / "b" / "loss.csv")
+    assert [r["epoch"] for r in full] == ["0"] * epoch + ["1"] * epoch + ["2"] * 3
+    assert [(r["step"], r["epoch"], r["batch_crc"]) for r in resumed] == [
+        (r["step"], r["epoch"], r["batch_crc"]) for r in full[epoch // 2:]]

@@ -19,6 +19,12 @@ class MLMDataLoader:
     checkpoints (it has ``state_dict``/``load_state_dict`` and an exact ``len``, so Lightning
     does not prefetch past the step being checkpointed).
 
+    ``len`` is the batches of a whole epoch, as a DataLoader's is, also after a state was loaded
+    mid-epoch: the pass then yields only the rest of the epoch, and Lightning, which restores its
+    own batch index with the loader's state, ends the epoch where an uninterrupted run does (a
+    length of the rest made it end the resumed epoch early and keep that length for every later
+    one).
+
     Iterating again after a partial pass continues the same epoch; after a full pass, the next
     epoch starts (``dataset.epoch`` + 1). Workers are never persistent (each pass sends the
     workers the current epoch and position) and ``drop_last`` is not offered: no sample is lost.
@@ -89,9 +95,14 @@ class MLMDataLoader:
         return _PassIterator(iter(loader), self._pass)
 
     def __len__(self) -> int:
-        """Batches of the current pass (or of the next one, if none is under way)."""
+        """Batches of a whole epoch on this rank (a pass resumed mid-epoch yields the rest of it:
+        :meth:`remaining`)."""
+        return self.dataset.num_batches_of_epoch(self.batch_size, self.num_workers)
+
+    def remaining(self) -> int:
+        """Batches the current pass still yields (or the next one, if none is under way)."""
         if self._pass is not None and not self._pass.finished:
-            return self._pass.length
+            return self._pass.length - self._pass.consumed
         if self._pass is not None:
             return self.dataset.num_batches_of_epoch(self.batch_size, self.num_workers)
         return self.dataset.num_batches(self.batch_size, self.num_workers)
