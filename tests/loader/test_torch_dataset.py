@@ -330,3 +330,21 @@ def test_tokenizer_must_be_the_one_that_prepared_the_shards(parquet_out, tmp_pat
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="relative to where prepare ran"):
         load_prepared(str(tmp_path)).tokenizer()
+
+
+def test_persistent_dataloader_workers_are_refused_on_their_second_pass(parquet_out):
+    """Persistent workers keep their copy of the dataset: set_epoch never reaches them, and the
+    second epoch would repeat the first one's order and masks. That pass fails, saying why."""
+    import torch
+
+    ds = MLMDataset(parquet_out, shuffle_buffer=64)
+    dl = torch.utils.data.DataLoader(ds, batch_size=64, collate_fn=ds.collator(), num_workers=1,
+                                     persistent_workers=True)
+    first = sum(len(b["input_ids"]) for b in dl)
+    assert first == ds.total
+    ds.set_epoch(1)
+    with pytest.raises(RuntimeError, match="persistent_workers=False"):
+        next(iter(dl))
+    # fresh workers each pass (the default) see every epoch
+    dl = torch.utils.data.DataLoader(ds, batch_size=64, collate_fn=ds.collator(), num_workers=1)
+    assert sum(len(b["input_ids"]) for b in dl) == ds.total

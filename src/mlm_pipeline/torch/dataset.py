@@ -59,6 +59,11 @@ def _check_compatible(sources: list[PreparedOutput]) -> None:
                                  f"({getattr(first, what)!r} and {getattr(other, what)!r})")
 
 
+def _raise(error: Exception) -> Iterator[dict]:
+    raise error
+    yield  # (a generator: the error comes with the first item)
+
+
 class MLMDataset(IterableDataset):
     """The instances of one or more prepared outputs, one dict per sample, each exactly once per epoch.
 
@@ -173,6 +178,7 @@ class MLMDataset(IterableDataset):
         self._segments: list[Segment] = []  # the position in the epoch
         self._yielded = 0  # samples yielded by the latest in-process iteration (num_workers=0)
         self._finished = False  # ... and whether it ran to the end
+        self._worker_passes = 0  # passes this copy made in a DataLoader worker (more than one: a persistent worker)
 
     # -- geometry ------------------------------------------------------------------------
 
@@ -356,6 +362,13 @@ class MLMDataset(IterableDataset):
         info = get_worker_info()
         if info is None:
             return self._iterate(0, 1, in_process=True)
+        self._worker_passes += 1
+        if self._worker_passes > 1:  # raised by the first next(), where the DataLoader passes it on
+            return _raise(RuntimeError(
+                "MLMDataset iterated again in the same DataLoader worker: the DataLoader keeps its workers between "
+                "passes (persistent_workers=True), so they never see set_epoch or a loaded state and would repeat "
+                "the first pass's order and masks. Create it with persistent_workers=False (Hugging Face "
+                "TrainingArguments: dataloader_persistent_workers=False); MLMDataLoader does so itself"))
         return self._iterate(info.id, info.num_workers, in_process=False)
 
     def iter_worker(self, worker: int, num_workers: int) -> Iterator[dict]:
