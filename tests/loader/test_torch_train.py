@@ -60,6 +60,15 @@ def test_resuming_a_checkpoint_continues_with_the_same_batches(short_out, tmp_pa
     assert [r["step"] for r in resumed] == ["4", "5", "6"]
     assert [r["batch_crc"] for r in resumed] == [r["batch_crc"] for r in full[3:]]
     assert len({r["batch_crc"] for r in full}) == 6
+    assert "callbacks used to create the checkpoint" not in result.output  # Lightning's note, not ours
+    # a checkpoint of another model shape: one line, exit 2
+    other = CliRunner().invoke(app, [
+        "train", short_out, "--steps", "6", "--batch-size", "8", "--layers", "1", "--hidden", "64", "--heads", "2",
+        "--masking", "static", "--output-dir", str(tmp_path / "c"),
+        "--resume", str(tmp_path / "a" / "checkpoints" / "step=3.ckpt"),
+    ])
+    assert other.exit_code == 2, other.output
+    assert "holds another model than these settings build" in other.output and "Traceback" not in other.output
 
 
 def test_train_cli_user_errors(short_out, tmp_path):
@@ -72,6 +81,10 @@ def test_train_cli_user_errors(short_out, tmp_path):
     assert bad.exit_code == 2 and "multiple of heads" in bad.output
     missing = runner.invoke(app, ["train", str(tmp_path / "nothing"), "-o", str(tmp_path)])
     assert missing.exit_code == 2 and "no manifest.json" in missing.output
+    # short_out holds static masks: whole words need load-time masking, said in the command's flags
+    words = runner.invoke(app, ["train", short_out, "--whole-word-mask", "-o", str(tmp_path)],
+                          env={"COLUMNS": "240"})
+    assert words.exit_code == 2 and "static masks, which --masking auto uses: add --masking dynamic" in words.output
 
 
 def _train_cli(args: list[str], *, tty: bool) -> str:

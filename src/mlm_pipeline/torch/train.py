@@ -163,7 +163,9 @@ def _lightning_module_class():
 # across workers itself, so the length is exact) and deprecations inside Lightning itself
 _LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
 _LIGHTNING_WARNINGS = (r".*`IterableDataset` has `__len__` defined", r".*LeafSpec.*is deprecated",
-                       r".*does not have many workers which may be a bottleneck")
+                       r".*does not have many workers which may be a bottleneck",
+                       # --resume without --save-every: the checkpoint's ModelCheckpoint state is not needed
+                       r".*callbacks used to create the checkpoint need to be provided")
 
 
 @contextlib.contextmanager
@@ -260,6 +262,22 @@ def _load_checkpoint(path: str) -> dict:
     return checkpoint
 
 
+def _check_masking(config: TrainConfig, dataset) -> None:
+    """The masking settings against the output, in the command's own flags (the collator's
+    messages speak of its Python arguments)."""
+    prepared = dataset.prepared
+    masking = config.masking
+    if masking == "auto":  # as MLMDataset.collator resolves it
+        masking = "static" if prepared.is_masked else prepared.load_masking
+    if masking == "static" and not prepared.is_masked:
+        raise ValueError(f"{config.data} was prepared without masks (--masking none): train it with "
+                         "--masking dynamic, or leave --masking at auto")
+    if config.whole_word_mask and masking != "dynamic":
+        how = ("its shards hold static masks, which --masking auto uses" if masking == "static" and config.masking == "auto"
+               else f"--masking {masking}")
+        raise ValueError(f"--whole-word-mask masks while loading, and {how}: add --masking dynamic")
+
+
 def main(config: TrainConfig) -> dict:
     """Train, checkpoint and return the summary (also written to ``summary.json``)."""
     import pytorch_lightning as pl
@@ -276,6 +294,7 @@ def main(config: TrainConfig) -> dict:
     dataset = MLMDataset(config.data, shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer)
     if dataset.total == 0:
         raise ValueError(f"{config.data} holds no instances")
+    _check_masking(config, dataset)
     tok = dataset.prepared.tokenizer(config.tokenizer)
     collator = dataset.collator(masking=config.masking, tokenizer=tok, whole_word_mask=config.whole_word_mask,
                                 seed=config.seed)
@@ -298,7 +317,13 @@ def main(config: TrainConfig) -> dict:
         steps=config.steps, pad_id=collator.pad_id,
     )
     if config.resume:  # the weights evaluated "before" are the checkpoint's
-        module.load_state_dict(_load_checkpoint(config.resume)["state_dict"])
+        try:
+            module.load_state_dict(_load_checkpoint(config.resume)["state_dict"])
+        except RuntimeError as exc:  # torch: "Error(s) in loading state_dict ... size mismatch for ..."
+            detail = " ".join(str(exc).split())
+            raise ValueError(f"--resume {config.resume}: the checkpoint holds another model than these settings "
+                             f"build (its --layers, --hidden, --heads, vocabulary or objective differ): "
+                             f"{detail[:300]}") from None
     loss_before = evaluate(module.model, eval_batches)
 
     log_path = out / "loss.csv"
