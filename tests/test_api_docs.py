@@ -53,7 +53,7 @@ def test_every_example_of_the_api_page_runs(tmp_path, monkeypatch, capsys):
             pytest.fail(f"docs/api.md block {i} failed: {type(exc).__name__}: {exc}\n{block}")
     printed = capsys.readouterr().out
     assert "max-seq-length: 128 in the existing run, 64 now" in printed
-    assert "cannot exceed max_seq_length" in printed
+    assert "cannot exceed --max-seq-length" in printed
     assert "[CLS]" in printed and "random-next share" in printed
     assert (tmp_path / "out-api" / "manifest.json").exists() and (tmp_path / "report.html").exists()
 

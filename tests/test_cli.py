@@ -49,7 +49,7 @@ def test_user_errors_are_one_clear_line_and_exit_2(tmp_path):
     r = cli("prepare", SAMPLE_TEXT, "-o", blocker / "out", "-t", VOCAB, check_code=2)
     assert "cannot write to output" in r.stderr
     r = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "o", "-t", VOCAB, "--max-predictions-per-seq", "200", check_code=2)
-    assert "cannot exceed max_seq_length" in r.stderr
+    assert "--max-predictions-per-seq (200) cannot exceed --max-seq-length" in r.stderr
     r = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "o", "-t", VOCAB, "--split-size", "lots", check_code=2)
     assert "not a size" in r.stderr
 

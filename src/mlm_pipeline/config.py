@@ -281,14 +281,15 @@ class PrepareConfig(BaseModel):
     @model_validator(mode="after")
     def _check_scale_out(self) -> "PrepareConfig":
         if self.task_count is not None and (self.task_rank is None or self.task_rank >= self.task_count):
-            raise ValueError(f"task_rank must be given and in [0, task_count) with task_count={self.task_count}"
-                             f" (got {self.task_rank})")
+            raise ValueError(f"--task-rank must be given and in [0, {self.task_count}) with --task-count "
+                             f"{self.task_count} (got {self.task_rank}; a Slurm array needs contiguous ids, such "
+                             "as --array=0-N, not a step)")
         if self.task_rank is not None and self.task_count is None:
-            raise ValueError("task_rank needs task_count")
+            raise ValueError("--task-rank needs --task-count")
         if self.claim and self.task_count is not None:
-            raise ValueError("claim mode and array mode (task_rank/task_count) exclude each other")
+            raise ValueError("--claim and --task-rank/--task-count (array mode) exclude each other")
         if self.claim and self.executor != "local":
-            raise ValueError("claim mode runs tasks on its own process pool on each worker (not with executor ray)")
+            raise ValueError("--claim runs tasks on each worker's own process pool: not with --executor ray")
         return self
 
     @model_validator(mode="before")
@@ -337,8 +338,8 @@ class PrepareConfig(BaseModel):
             check(self)
         if self.max_predictions_per_seq > self.max_seq_length:
             raise ValueError(
-                f"max_predictions_per_seq ({self.max_predictions_per_seq}) cannot exceed "
-                f"max_seq_length ({self.max_seq_length})"
+                f"--max-predictions-per-seq ({self.max_predictions_per_seq}) cannot exceed "
+                f"--max-seq-length ({self.max_seq_length})"
             )
         return self
 
@@ -505,5 +506,6 @@ def build_config(values: dict, model: type[BaseModel] = PrepareConfig) -> Any:
             loc = [str(x) for x in err["loc"]]
             if loc:
                 loc[0] = label.get(loc[0], loc[0].replace("_", "-"))
-            lines.append(f"{'.'.join(loc) or 'config'}: {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")  # pydantic's wording for a ValueError
+            lines.append(f"{'.'.join(loc)}: {message}" if loc else message)  # (a check of several settings)
         raise ConfigError("invalid settings:\n  " + "\n  ".join(lines)) from None

@@ -1,4 +1,5 @@
-"""The errors a user sees: each says what is wrong and what to do, and the CLI prints it as one line.
+"""The errors a user sees: each says what is wrong and what to do; the CLI prints it as ``error: ...``
+without a traceback (a refused rerun lists each difference on a line of its own).
 
 They live here, below every other module, so that any layer can raise them without importing
 the layer that defines them (``fs`` raising ``InputError`` used to import the readers).
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 
 class PipelineError(Exception):
-    """Base of every user-facing error of mlm-pipeline (the CLI exits 2 on these, without traceback)."""
+    """Base of every user-facing error of mlm-pipeline (the CLI prints it without traceback and exits 2,
+    or 1 where a run's task failed otherwise than on its input, or a run to finalize is incomplete)."""
 
 
 class ConfigError(PipelineError, ValueError):
