@@ -187,6 +187,12 @@ def test_case_mismatch_between_vocab_and_do_lower_case_is_named(cased_vocab, tmp
     assert "uncased" in case_mismatch(load_tokenizer(str(VOCAB), False))
     assert "is cased" in case_mismatch(load_tokenizer(str(cased_vocab), True))
     assert case_mismatch(load_tokenizer(str(cased_vocab), False)) is None
+    # a model directory whose tokenizer_config.json says do_lower_case false: the flag's default is overridden
+    model = tmp_path / "cased-model"
+    model.mkdir()
+    (model / "vocab.txt").write_bytes(cased_vocab.read_bytes())
+    (model / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert case_mismatch(load_tokenizer(str(model), True)) is None
     # prepare says it before any work (Google's --do_lower_case=False with an uncased vocab)
     with caplog.at_level("WARNING", logger="mlm_pipeline"):
         manifest = run_prepare(PrepareConfig(inputs=[str(SAMPLE_TEXT)], output=str(tmp_path / "out"), tokenizer=str(VOCAB),

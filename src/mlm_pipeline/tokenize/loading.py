@@ -123,10 +123,12 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
     words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
              if t is not None and not (t.startswith("[") and t.endswith("]"))]
     cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
-    if cased and tok.do_lower_case:
+    # what the tokenizer does: a model directory's tokenizer_config.json may have overridden the flag
+    lower = getattr(tok.tokenizer.normalizer, "lowercase", tok.do_lower_case)
+    if cased and lower:
         return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
                 "--no-do-lower-case uses them")
-    if not cased and not tok.do_lower_case:
+    if not cased and not lower:
         return ("the vocabulary is uncased (no upper-case entries) but --no-do-lower-case keeps the text's "
                 "case: capitalised words become [UNK] or pieces; drop --no-do-lower-case")
     return None
