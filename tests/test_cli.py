@@ -406,5 +406,6 @@ def test_a_run_that_read_no_document_is_replaced_by_the_corrected_command(tmp_pa
     assert "no 'text' field (it has 'id', 'content': --text-field names the one with the text)" in first.stderr
     again = cli("prepare", path, "-o", out, "-t", VOCAB, "--no-progress", "--text-field", "content")
     assert "replacing the run" in again.stderr and "read no document" in again.stderr
+    assert again.stdout.startswith("wrote ")  # its tasks ran now, though a manifest was there before
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["totals"]["documents_read"] == len(lines) and manifest["config"]["text_field"] == "content"

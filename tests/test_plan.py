@@ -279,10 +279,20 @@ def test_the_output_inside_an_input_directory_is_not_input(tmp_path):
     assert again["shards"] == first["shards"]
     with pytest.raises(InputError, match="is inside the output"):
         plan_tasks(config([data / "out"]).model_copy(update={"output": str(data)}))
+    # a file named as an input is read wherever it lies (prepare a.txt -o .)
+    named = plan_tasks(config([data / "a.txt"]).model_copy(update={"output": str(data)}))
+    assert [f["path"] for f in named.files] == [str(data / "a.txt")]
+    # the input directory through a link, the output by its real path: still left out
+    (tmp_path / "link").symlink_to(data)
+    linked = plan_tasks(config([tmp_path / "link"]).model_copy(update={"output": str(data / "out")}))
+    assert [f["path"] for f in linked.files] == [str(tmp_path / "link" / "a.txt")]
 
 
-@pytest.mark.parametrize("encoding, said", [("utf-16", "it starts with a byte-order mark"),
-                                            ("utf-16-le", "every other byte")])
+@pytest.mark.parametrize("encoding, said", [("utf-16", "it starts with a byte-order mark); convert it to UTF-8 "
+                                                       "first: iconv -f UTF-16 -t UTF-8"),
+                                            ("utf-16-le", "every other byte: text in UTF-16LE; convert it to "
+                                                          "UTF-8 first: iconv -f UTF-16LE -t UTF-8"),
+                                            ("utf-16-be", "iconv -f UTF-16BE -t UTF-8")])
 def test_a_utf16_text_file_is_named_as_such_with_how_to_convert_it(tmp_path, encoding, said):
     utf16 = tmp_path / "notes.txt"
     utf16.write_bytes(SAMPLE_TEXT.read_text(encoding="utf-8").encode(encoding))
@@ -290,4 +300,3 @@ def test_a_utf16_text_file_is_named_as_such_with_how_to_convert_it(tmp_path, enc
     [skipped] = plan.skipped_files
     assert skipped["path"] == str(utf16) and skipped["reason"] == "binary"
     assert said in skipped["detail"] and "text in UTF-16" in skipped["detail"]
-    assert "iconv -f UTF-16 -t UTF-8" in skipped["detail"]

@@ -69,3 +69,40 @@ def test_the_same_vocab_elsewhere_resumes_another_is_refused(tmp_path):
         run_prepare(config(out, [SAMPLE_TEXT, WIKITEXT], vocab=other, split_bytes="256KB"))
     record = json.loads((out / "_run.json").read_text())
     assert record["settings"]["tokenizer"] == str(VOCAB)  # the run record keeps where it started
+
+
+def test_a_stale_marker_is_deleted_only_as_it_was_read(tmp_path):
+    """Claim and array workers start while others run: a marker found stale is read again before it
+    is deleted, and one another worker rewrote since (its task redone) is kept; of an array
+    worker, only the markers of its own share are deleted."""
+    from mlm_pipeline.plan import plan_tasks
+    from mlm_pipeline.run import layout
+    from mlm_pipeline.run.state import completed_tasks, forget_rejected
+
+    out = tmp_path / "out"
+    run = config(out, [SAMPLE_TEXT, WIKITEXT], split_bytes="256KB")
+    run_prepare(run)
+    plan = plan_tasks(run)
+    first, second, third = (plan.tasks[i].task_id for i in range(3))
+    for task_id in (first, second, third):
+        marker = out / layout.TASKS_DIR / f"{task_id}.json"
+        marker.write_text(marker.read_text().replace('"output_fingerprint":"', '"output_fingerprint":"x'))
+    done = completed_tasks(run, plan)
+    assert set(done.rejected) == {first, second, third}
+    rewritten = out / layout.TASKS_DIR / f"{second}.json"
+    rewritten.write_text(rewritten.read_text().replace('"output_fingerprint":"x', '"output_fingerprint":"'))
+    forget_rejected(str(out), done, task_ids=[first, second])
+    assert not (out / layout.TASKS_DIR / f"{first}.json").exists()  # stale, as read: deleted
+    assert rewritten.exists()  # redone by another worker since: kept
+    assert (out / layout.TASKS_DIR / f"{third}.json").exists()  # another worker's share: kept
+
+
+def test_a_finished_run_without_its_markers_is_not_replaced(tmp_path):
+    """An output copied without _tasks/: its manifest says it read documents, so a command with
+    other settings is refused, not taken as a run that completed nothing."""
+    out = tmp_path / "out"
+    run_prepare(config(out, [SAMPLE_TEXT]))
+    shutil.rmtree(out / "_tasks")
+    with pytest.raises(OutputError, match="already holds a run with other settings"):
+        run_prepare(config(out, [SAMPLE_TEXT], max_seq_length=64))
+    assert list((out / "shards").iterdir())

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import time
 from inspect import Parameter, Signature, getdoc
 from pathlib import Path
 from typing import Any, Callable, List, Literal, Optional
@@ -284,7 +285,7 @@ def _run_prepare(config) -> None:
     configure_process(config.s3_endpoint_url)
     _stop_on_sigterm()
     try:
-        finished_before = _has_manifest(config.output)  # then the summary says what it holds, not "wrote"
+        started = time.time()
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))
@@ -307,19 +308,11 @@ def _run_prepare(config) -> None:
         manifest = _echo_worker_summary(manifest)
         if manifest is None:
             return
-    typer.echo(render_summary(manifest, config.output, wrote=not finished_before))
+    # "wrote" when a task ran now (markers record when each started), else what the output holds
+    ran_now = any((t.get("started") or 0) >= started for t in manifest.get("task_timings", []))
+    typer.echo(render_summary(manifest, config.output, wrote=ran_now))
     if not manifest["totals"].get("documents_read"):  # as when every input is empty: nothing to train on
         raise typer.Exit(2)
-
-
-def _has_manifest(output: str) -> bool:
-    from mlm_pipeline import fs
-    from mlm_pipeline.run import layout
-
-    try:
-        return fs.exists(layout.manifest_url(output))
-    except OSError:  # unreachable storage: the run itself says so
-        return False
 
 
 def _stop_on_sigterm() -> None:

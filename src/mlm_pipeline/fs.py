@@ -11,7 +11,7 @@ import glob as _glob
 import hashlib
 import os
 import uuid
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -164,12 +164,23 @@ def _hidden_below(root: str, path: str) -> bool:
     return any(part.startswith(".") for part in path[len(root.rstrip("/")):].split("/"))
 
 
-def inside(directory: str):
-    """A test of whether a URL lies inside ``directory`` (a local one named as given or resolved)."""
+def inside(directory: str, roots: Iterable[str] = ()):
+    """A test of whether a URL lies inside ``directory``. A local one is matched as given, resolved,
+    and as seen through each of ``roots`` (the input directories as named, links included: with
+    ``link -> data``, ``-o data/out`` is ``link/out`` to a listing of ``link``), with no
+    ``realpath`` per file."""
     if is_local(directory):
         path = get_fs(directory)[1]
-        outers = {os.path.abspath(path).rstrip(os.sep) + os.sep, os.path.realpath(path).rstrip(os.sep) + os.sep}
-        return lambda url: is_local(url) and os.path.abspath(get_fs(url)[1]).startswith(tuple(outers))
+        real = os.path.realpath(path)
+        outers = {os.path.abspath(path), real}
+        for root in roots:
+            if is_local(root):
+                given = os.path.abspath(get_fs(root)[1])
+                resolved = os.path.realpath(given)
+                if real == resolved or real.startswith(resolved.rstrip(os.sep) + os.sep):
+                    outers.add(os.path.join(given, os.path.relpath(real, resolved)))
+        prefixes = tuple(o.rstrip(os.sep) + os.sep for o in outers)
+        return lambda url: is_local(url) and os.path.abspath(get_fs(url)[1]).startswith(prefixes)
     outer = directory.rstrip("/") + "/"
     return lambda url: url.startswith(outer)
 

@@ -24,7 +24,7 @@ from mlm_pipeline.progress import Progress
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import RunLock
 from mlm_pipeline.run.manifest import finalize_if_complete, write_manifest
-from mlm_pipeline.run.state import RunStart, done_task_ids, start_run
+from mlm_pipeline.run.state import RunStart, done_task_ids, forget_rejected, start_run
 from mlm_pipeline.formats.sink import clean_tmp
 
 log = logging.getLogger("mlm_pipeline")
@@ -96,6 +96,8 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
         log.info("array mode: worker %d of %d owns %d of %d tasks, %d to run", config.task_rank,
                  config.task_count, len(task_share(start.plan.tasks, config.task_rank, config.task_count)),
                  len(start.plan.tasks), len(tasks))
+    # stale markers of the tasks this worker may run (an array worker: its share) are deleted
+    forget_rejected(config.output, start.done, None if config.task_count is None else [t.task_id for t in tasks])
     executor = executor_for(config)
     done = start.done  # what the manifest needs of each completed task (not whole markers)
     ran: list[str] = []

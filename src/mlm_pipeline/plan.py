@@ -104,10 +104,12 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     options = ReadOptions.from_config(config)
     unlisted: list[dict] = []  # in a directory, what cannot be read (broken links, loops)
     listed = fs.list_inputs(config.inputs, unlisted)
-    in_output = fs.inside(config.output)
-    if any(in_output(url) for url, _ in listed):  # ``prepare data/ -o data/out``: its files are never input
+    # ``prepare data/ -o data/out``: what a listing finds inside the output is never input (a file
+    # named as an input is, wherever it lies)
+    in_output, named = fs.inside(config.output, config.inputs), set(config.inputs)
+    if any(url not in named and in_output(url) for url, _ in listed):
         log.info("leaving out the files inside the output %s", config.output)
-        listed = [(url, size) for url, size in listed if not in_output(url)]
+        listed = [(url, size) for url, size in listed if url in named or not in_output(url)]
         if not listed:
             raise InputError(f"no input found: every file of {', '.join(config.inputs)} is inside the output "
                              f"{config.output}")

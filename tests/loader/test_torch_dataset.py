@@ -348,3 +348,14 @@ def test_persistent_dataloader_workers_are_refused_on_their_second_pass(parquet_
     # fresh workers each pass (the default) see every epoch
     dl = torch.utils.data.DataLoader(ds, batch_size=64, collate_fn=ds.collator(), num_workers=1)
     assert sum(len(b["input_ids"]) for b in dl) == ds.total
+
+    class TwoEpochs(torch.utils.data.IterableDataset):
+        """Epochs run inside the worker, set_epoch on the worker's own copy: allowed."""
+
+        def __iter__(self):
+            for epoch in range(2):
+                ds.set_epoch(epoch)
+                yield from ds
+
+    samples = list(torch.utils.data.DataLoader(TwoEpochs(), batch_size=None, num_workers=1))
+    assert len(samples) == 2 * ds.total and [s["epoch"] for s in samples[:: ds.total]] == [0, 1]

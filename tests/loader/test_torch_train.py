@@ -84,7 +84,7 @@ def test_train_cli_user_errors(short_out, tmp_path):
     # short_out holds static masks: whole words need load-time masking, said in the command's flags
     words = runner.invoke(app, ["train", short_out, "--whole-word-mask", "-o", str(tmp_path)],
                           env={"COLUMNS": "240"})
-    assert words.exit_code == 2 and "static masks, which --masking auto uses: add --masking dynamic" in words.output
+    assert words.exit_code == 2 and "--masking auto picks static masking for this output: add --masking dynamic" in words.output
 
 
 def _train_cli(args: list[str], *, tty: bool) -> str:

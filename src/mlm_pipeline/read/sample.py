@@ -106,7 +106,7 @@ _SIGNATURES = (
 )
 
 
-_CONVERT_UTF16 = "convert it to UTF-8 first: iconv -f UTF-16 -t UTF-8 FILE > FILE.txt"
+_CONVERT_UTF16 = "convert it to UTF-8 first: iconv -f {} -t UTF-8 FILE > FILE.txt"
 
 
 def binary_reason(head: bytes, asked: int) -> str | None:
@@ -123,11 +123,14 @@ def binary_reason(head: bytes, asked: int) -> str | None:
         if head.startswith(magic):
             return f"binary data; it looks like {what}"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return f"text in UTF-16 (it starts with a byte-order mark); {_CONVERT_UTF16}"
+        return f"text in UTF-16 (it starts with a byte-order mark); {_CONVERT_UTF16.format('UTF-16')}"
     nuls = head.count(b"\x00")
     if nuls > max(1, len(head) // 100):
-        if max(head[0::2].count(0), head[1::2].count(0)) > 0.9 * (len(head) // 2):  # ASCII as UTF-16
-            return f"{nuls} NUL bytes in the first {len(head)} bytes, every other byte: text in UTF-16; {_CONVERT_UTF16}"
+        even, odd = head[0::2].count(0), head[1::2].count(0)
+        if max(even, odd) > 0.9 * (len(head) // 2):  # ASCII as UTF-16: the high bytes are NUL
+            encoding = "UTF-16LE" if odd > even else "UTF-16BE"
+            return (f"{nuls} NUL bytes in the first {len(head)} bytes, every other byte: text in {encoding}; "
+                    f"{_CONVERT_UTF16.format(encoding)}")
         return f"{nuls} NUL bytes in the first {len(head)} bytes"
     text = head.decode("utf-8", "replace")
     if len(head) == asked:  # the head may end inside a character

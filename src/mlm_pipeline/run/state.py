@@ -58,7 +58,7 @@ class CompletedTasks:
         self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
-        self.rejected: list[str] = []  # tasks with a marker that does not count (see completed_tasks)
+        self.rejected: dict[str, bytes] = {}  # task id -> the bytes of its marker, read and found stale
 
     @classmethod
     def of(cls, plan: Plan, markers: Iterable[dict]) -> CompletedTasks:
@@ -160,7 +160,6 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if clean:
         clean_tmp(config.output)
     done = completed_tasks(config, plan)
-    forget_rejected(config.output, done)
     if done:
         log.info("resuming: %d of %d tasks already complete", len(done), len(plan.tasks))
     return RunStart(plan=plan, record=record, done=done)
@@ -275,6 +274,13 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
 def _read_nothing(output: str) -> bool:
     """The run in ``output`` completed no task, or its tasks read no document (the wrong
     --text-field, blank inputs): nothing of it is worth keeping against new settings."""
+    try:  # a finished run that read documents is kept, whatever its markers say (a copy without _tasks/)
+        if json.loads(fs.read_bytes(layout.manifest_url(output)))["totals"].get("documents_read", 0):
+            return False
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # cannot tell: keep it
     ids = sorted(done_task_ids(output))
     for data in fs.read_many([layout.marker_url(output, i) for i in ids]):
         try:
@@ -399,30 +405,40 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
     ids = [t.task_id for t in plan.tasks if t.task_id in names]
     done = CompletedTasks(plan)
     for task_id, data in zip(ids, fs.read_many([layout.marker_url(config.output, i) for i in ids])):
+        if data is None:
+            continue  # not read (gone since the listing, or a storage error): redo the task, keep the file
         try:
-            marker = json.loads(data) if data is not None else None
+            marker = json.loads(data)
         except json.JSONDecodeError:
             marker = None
-        if marker is None or marker.get("output_fingerprint") != fingerprint:
-            done.rejected.append(task_id)  # unreadable, or made with other settings: redo the task
+        if not isinstance(marker, dict) or marker.get("output_fingerprint") != fingerprint:
+            done.rejected[task_id] = data  # damaged, or made with other settings: redo the task
             continue
         bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
         if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
             log.warning("redoing task %s: shard %s is %s", marker["task_id"], bad[0],
                         "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
                         f"{shard_sizes[bad[0].rsplit('/', 1)[-1]]} bytes, its marker says {_bytes_of(marker, bad[0])}")
-            done.rejected.append(task_id)
+            done.rejected[task_id] = data
             continue
         done.add(marker)
     return done
 
 
-def forget_rejected(output: str, done: CompletedTasks) -> None:
-    """Delete the markers :func:`completed_tasks` did not count, so that a marker's presence means
-    the same to every worker as a checked marker: claim workers skip any task that has one, and
-    would otherwise never redo a task whose shard was lost, while no manifest could be written."""
-    for task_id in done.rejected:
-        fs.remove(layout.marker_url(output, task_id))
+def forget_rejected(output: str, done: CompletedTasks, task_ids: Iterable[str] | None = None) -> None:
+    """Delete the markers :func:`completed_tasks` read and found stale (of ``task_ids`` only, when
+    given: an array worker's own share), so that a marker's presence means the same to every
+    worker as a checked marker: claim workers skip any task that has one, and would otherwise never
+    redo a task whose shard was lost, while no manifest could be written.
+
+    A marker is read again first and deleted only if it is still the one found stale: another
+    worker may have redone the task and written a valid one since."""
+    wanted = None if task_ids is None else set(task_ids)
+    stale = {t: data for t, data in done.rejected.items() if wanted is None or t in wanted}
+    urls = [layout.marker_url(output, t) for t in stale]
+    for url, (task_id, data), now in zip(urls, stale.items(), fs.read_many(urls)):
+        if now == data:
+            fs.remove(url)
 
 
 def _bytes_of(marker: dict, path: str) -> int:

@@ -276,6 +276,7 @@ class MLMDataset(IterableDataset):
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         self.epoch = int(epoch)
         self._segments = []
+        self._worker_passes = 0  # (set in a worker's own copy: its next pass is a new one)
         self._yielded = 0
         self._finished = False
 
@@ -365,9 +366,9 @@ class MLMDataset(IterableDataset):
         self._worker_passes += 1
         if self._worker_passes > 1:  # raised by the first next(), where the DataLoader passes it on
             return _raise(RuntimeError(
-                "MLMDataset iterated again in the same DataLoader worker: the DataLoader keeps its workers between "
-                "passes (persistent_workers=True), so they never see set_epoch or a loaded state and would repeat "
-                "the first pass's order and masks. Create it with persistent_workers=False (Hugging Face "
+                "MLMDataset iterated again in the same DataLoader worker with no set_epoch or load_state_dict in "
+                "it since: it would repeat the pass's order and masks. A DataLoader with persistent_workers=True "
+                "keeps its workers between passes, and set_epoch in the main process never reaches them. Create it with persistent_workers=False (Hugging Face "
                 "TrainingArguments: dataloader_persistent_workers=False); MLMDataLoader does so itself"))
         return self._iterate(info.id, info.num_workers, in_process=False)
 

@@ -273,9 +273,9 @@ def _check_masking(config: TrainConfig, dataset) -> None:
         raise ValueError(f"{config.data} was prepared without masks (--masking none): train it with "
                          "--masking dynamic, or leave --masking at auto")
     if config.whole_word_mask and masking != "dynamic":
-        how = ("its shards hold static masks, which --masking auto uses" if masking == "static" and config.masking == "auto"
-               else f"--masking {masking}")
-        raise ValueError(f"--whole-word-mask masks while loading, and {how}: add --masking dynamic")
+        how = (f"--masking auto picks {masking} masking for this output" if config.masking == "auto"
+               else f"--masking {masking} was given")
+        raise ValueError(f"--whole-word-mask needs dynamic masking, and {how}: add --masking dynamic")
 
 
 def main(config: TrainConfig) -> dict:
