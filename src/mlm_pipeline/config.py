@@ -181,7 +181,8 @@ class PrepareConfig(BaseModel):
         runtime=True)
     input_format: InputFormat = setting(
         "auto", "input", "text: Google's (a sentence per line, a blank line between documents). wikiextractor, "
-        "jsonl, parquet: paragraphs, split into sentences. wikidump: a Wikipedia dump, an article per document. "
+        "jsonl, parquet: paragraphs, split into sentences. wikidump, wikitext (wiki.train.tokens): an article "
+        "per document. "
         "auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")

@@ -26,6 +26,7 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.instances import get_objective
 from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
+from mlm_pipeline.read.wikitext_dataset import looks_like_wikitext
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -131,6 +132,12 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         log.warning("%d of %d text inputs look like a paragraph per line (%s: %s); each line is taken as one "
                     "sentence, so most pairs would be random-next: --sentence-split splits lines into sentences",
                     len(paragraph_files), sum(f.fmt == "text" for f in usable), first.url, first.paragraph_lines)
+    wikitext_files = [f for f in usable if f.wikitext_like]
+    if wikitext_files:
+        log.warning("%d text input(s) look like WikiText-2/-103 files (%s starts with an article title); "
+                    "--input-format wikitext reads them an article per document, with headings dropped "
+                    "and paragraphs split into sentences (as text, each paragraph is a document)",
+                    len(wikitext_files), wikitext_files[0].url)
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
@@ -159,6 +166,7 @@ class _Input(NamedTuple):
     fmt: str
     side_files: tuple[str, ...]
     paragraph_lines: str | None = None  # text format: why its lines look like paragraphs
+    wikitext_like: bool = False  # text format: its first line is like a WikiText article title
 
 
 SNIFF_THREADS = 32
@@ -224,6 +232,8 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         if reason:
             return {"path": url, "reason": "vocabulary", "detail": reason}
         paragraphs = None if options.sentence_split else sample.paragraph_lines()
+        return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs,
+                      looks_like_wikitext(sample.first_line()))
     return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs)
 
 

@@ -28,9 +28,11 @@ from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.text import TextFormat
 from mlm_pipeline.read.wikidump_format import WikiDumpFormat
 from mlm_pipeline.read.wikiextractor import WikiExtractorFormat
+from mlm_pipeline.read.wikitext_dataset import WikiTextDatasetFormat
 
 register_input_format(TextFormat())
 register_input_format(WikiExtractorFormat())
+register_input_format(WikiTextDatasetFormat())
 register_input_format(WikiDumpFormat())
 register_input_format(JsonLinesFormat())
 register_input_format(ParquetFormat())
