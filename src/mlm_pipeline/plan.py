@@ -232,8 +232,9 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         if reason:
             return {"path": url, "reason": "vocabulary", "detail": reason}
         paragraphs = None if options.sentence_split else sample.paragraph_lines()
+        # (with --sentence-split, a WikiText file read as text is the user's choice: no hint)
         return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs,
-                      looks_like_wikitext(sample.first_line()))
+                      not options.sentence_split and looks_like_wikitext(sample.first_line()))
     return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs)
 
 

@@ -77,9 +77,13 @@ def test_prepare_reads_articles_and_the_planner_points_a_text_wikitext_at_the_fo
     share = articles["totals"]["random_next"] / articles["totals"]["instances"]
     assert 0.4 < share < 0.6  # Google's algorithm on documents of many sentences
     with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
-        paragraphs = run([WIKITEXT], "paragraphs", sentence_split=True)
+        paragraphs = run([WIKITEXT], "paragraphs")
     assert "--input-format wikitext reads them an article per document" in caplog.text
     assert paragraphs["totals"]["documents_read"] > 10 * 63  # as text: a document per paragraph
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        run([WIKITEXT], "split", sentence_split=True)  # lines split into sentences on purpose: no hint
+    assert "wikitext" not in caplog.text
     named = run([WIKITEXT], "named", input_format="wikitext")
     assert named["totals"]["documents_read"] == 63 and named["shards"][0]["sha256"] == articles["shards"][0]["sha256"]
 
