@@ -436,7 +436,7 @@ def forget_rejected(output: str, done: CompletedTasks, task_ids: Iterable[str] |
     wanted = None if task_ids is None else set(task_ids)
     stale = {t: data for t, data in done.rejected.items() if wanted is None or t in wanted}
     urls = [layout.marker_url(output, t) for t in stale]
-    for url, (task_id, data), now in zip(urls, stale.items(), fs.read_many(urls)):
+    for url, data, now in zip(urls, stale.values(), fs.read_many(urls)):
         if now == data:
             fs.remove(url)
 
