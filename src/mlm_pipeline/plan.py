@@ -108,9 +108,10 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     # ``prepare data/ -o data/out``: what a listing finds inside the output is never input (a file
     # named as an input is, wherever it lies)
     in_output, named = fs.inside(config.output, config.inputs), set(config.inputs)
-    if any(url not in named and in_output(url) for url, _ in listed):
+    kept = [(url, size) for url, size in listed if url in named or not in_output(url)]
+    if len(kept) < len(listed):
         log.info("leaving out the files inside the output %s", config.output)
-        listed = [(url, size) for url, size in listed if url in named or not in_output(url)]
+        listed = kept
         if not listed:
             raise InputError(f"no input found: every file of {', '.join(config.inputs)} is inside the output "
                              f"{config.output}")
@@ -226,16 +227,15 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         raise InputError(f"cannot read {url}: {exc}") from exc
     if reason:
         return {"path": url, "reason": "binary", "detail": reason}
-    paragraphs = None
+    paragraphs, wikitext_like = None, False
     if fmt == "text":  # a vocab.txt caught by a glob is text to every other check
         reason = sample.vocabulary_reason()
         if reason:
             return {"path": url, "reason": "vocabulary", "detail": reason}
-        paragraphs = None if options.sentence_split else sample.paragraph_lines()
-        # (with --sentence-split, a WikiText file read as text is the user's choice: no hint)
-        return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs,
-                      not options.sentence_split and looks_like_wikitext(sample.first_line()))
-    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs)
+        # (with --sentence-split, lines read as sentences are the user's choice: no hints)
+        if not options.sentence_split:
+            paragraphs, wikitext_like = sample.paragraph_lines(), looks_like_wikitext(sample.first_line())
+    return _Input(url, size, fmt, get_input_format(fmt).side_files(url, options), paragraphs, wikitext_like)
 
 
 def _group(pieces: list[tuple[Piece, int]], split_bytes: int, *, one_piece_per_task: bool) -> list[Task]:

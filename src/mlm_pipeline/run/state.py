@@ -258,9 +258,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
                     "; ".join(problems))
         fs.remove(layout.plan_url(config.output))
         fs.remove(layout.manifest_url(config.output))
-        for task_id in done_task_ids(config.output):
-            fs.remove(layout.marker_url(config.output, task_id))
-        for directory in layout.shard_dir_urls(config.output):  # shards its stopped tasks committed
+        # its markers, and the shards of its tasks (stopped ones committed some, too)
+        for directory in (layout.tasks_url(config.output), *layout.shard_dir_urls(config.output)):
             fs.remove_tree(directory)
         fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
         return

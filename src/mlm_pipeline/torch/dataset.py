@@ -368,8 +368,9 @@ class MLMDataset(IterableDataset):
             return _raise(RuntimeError(
                 "MLMDataset iterated again in the same DataLoader worker with no set_epoch or load_state_dict in "
                 "it since: it would repeat the pass's order and masks. A DataLoader with persistent_workers=True "
-                "keeps its workers between passes, and set_epoch in the main process never reaches them. Create it with persistent_workers=False (Hugging Face "
-                "TrainingArguments: dataloader_persistent_workers=False); MLMDataLoader does so itself"))
+                "keeps its workers between passes, and set_epoch in the main process never reaches them. "
+                "Create it with persistent_workers=False (Hugging Face TrainingArguments: "
+                "dataloader_persistent_workers=False); MLMDataLoader does so itself"))
         return self._iterate(info.id, info.num_workers, in_process=False)
 
     def iter_worker(self, worker: int, num_workers: int) -> Iterator[dict]:
@@ -472,7 +473,7 @@ class MLMDataset(IterableDataset):
         from mlm_pipeline.torch.collator import MLMCollator
 
         if masking == "auto":
-            masking = "static" if self.prepared.is_masked else self.prepared.load_masking
+            masking = self.prepared.auto_masking
         if masking == "electra" and self.prepared.max_seq_length:
             kwargs.setdefault("max_length", self.prepared.max_seq_length)  # ELECTRA pads to it
         if masking == "static" and not self.prepared.is_masked:

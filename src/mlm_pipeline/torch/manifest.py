@@ -69,6 +69,11 @@ class PreparedOutput:
         return self.masking == "static"
 
     @property
+    def auto_masking(self) -> str:
+        """What ``masking="auto"`` means for this output: its static masks, else the load-time masking."""
+        return "static" if self.is_masked else self.load_masking
+
+    @property
     def total(self) -> int:
         return sum(s.instances for s in self.shards)
 

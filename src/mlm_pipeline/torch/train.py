@@ -266,9 +266,7 @@ def _check_masking(config: TrainConfig, dataset) -> None:
     """The masking settings against the output, in the command's own flags (the collator's
     messages speak of its Python arguments)."""
     prepared = dataset.prepared
-    masking = config.masking
-    if masking == "auto":  # as MLMDataset.collator resolves it
-        masking = "static" if prepared.is_masked else prepared.load_masking
+    masking = prepared.auto_masking if config.masking == "auto" else config.masking
     if masking == "static" and not prepared.is_masked:
         raise ValueError(f"{config.data} was prepared without masks (--masking none): train it with "
                          "--masking dynamic, or leave --masking at auto")
