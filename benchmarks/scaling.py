@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, help="scratch directory (default: a new temp dir, removed)")
     p.add_argument("--out", type=Path, help="where to write the results as JSON")
     p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--deadline", type=float,
+                   help="seconds: start no round that would end past this (by the longest round so far); "
+                        "the rounds done are reported (for a machine lent for a limited time)")
     args = p.parse_args(argv)
 
     from mlm_pipeline.config import parse_size
@@ -108,13 +111,19 @@ def main(argv: list[str] | None = None) -> int:
         measure("prepare", 1, warm, args, work, cores, split_bytes, pycache)
         runs: dict[str, list[dict]] = {f"{kind}-{n}": [] for n in counts for kind in ("prepare", "raw")}
         plan = [(kind, n) for n in counts for kind in ("prepare", "raw")]
+        began, longest, done = time.monotonic(), 0.0, 0
         for r in range(args.repeats):
+            if args.deadline and r and time.monotonic() - began + longest > args.deadline:
+                print(f"--deadline {args.deadline:g} s: stopping after {r} of {args.repeats} rounds", flush=True)
+                break
+            round_began = time.monotonic()
             for kind, n in plan[r % len(plan):] + plan[: r % len(plan)]:
                 result = measure(kind, n, text if kind == "prepare" else raw_text, args, work, cores, split_bytes,
                                  pycache)
                 runs[f"{kind}-{n}"].append(result)
                 print(f"round {r + 1}: {kind:7} x{n:<3} {result['mb_per_s']:9.2f} MB/s "
                       f"({result['mb_per_s_per_core']:.2f} per core, {result['seconds']:.3f} s)", flush=True)
+            longest, done = max(longest, time.monotonic() - round_began), r + 1
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{kind}_speedup"] = round(med(kind, n, "mb_per_s") / med(kind, 1, "mb_per_s"), 2)
         row["prepare_per_raw"] = round(row["prepare_mb_per_s"] / row["raw_mb_per_s"], 2)
         rows.append(row)
-    print(f"\nmedians of {args.repeats} round(s); prepare on {args.size} in {tasks} tasks, "
+    print(f"\nmedians of {done} round(s); prepare on {args.size} in {tasks} tasks, "
           f"raw on {args.raw_size or args.size}")
     print(f"{'N':>4} {'prepare MB/s':>13} {'per core':>9} {'speed-up':>9} {'raw xN MB/s':>12} {'per core':>9} "
           f"{'speed-up':>9} {'prepare/raw':>12}")
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "scaling", "started": started, "machine": machine_info(),
             "load_average_start": load_start, "load_average_end": load_average(),
             "settings": {"size": args.size, "raw_size": args.raw_size or args.size, "tasks": tasks,
-                         "workers": counts, "repeats": args.repeats, "max_seq_length": args.max_seq_length},
+                         "workers": counts, "repeats": done, "max_seq_length": args.max_seq_length},
             "rows": rows, "runs": runs}, indent=1) + "\n")
     return 0
 
