@@ -174,3 +174,38 @@ def test_killing_a_worker_node_mid_run_still_gives_identical_output(ray_cluster,
     from conftest_servers import RAY_NODE
 
     ray_cluster.add_node(num_cpus=1, **RAY_NODE)
+
+
+def _private_mounts() -> bool:
+    """Whether this process may give a child a mount namespace of its own (root, and not forbidden
+    by a container)."""
+    import shutil
+    import subprocess
+
+    return bool(shutil.which("unshare")) and subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _private_mounts(), reason="needs unshare --mount (root, outside a restricted container)")
+def test_a_local_output_the_nodes_do_not_see_is_refused(ray_cluster, tmp_path):
+    """A node without the shared filesystem: the driver runs in a mount namespace of its own where
+    the output's parent is a tmpfs, so the cluster's nodes see another (empty) directory at that
+    path. The run stops before any task, and nothing reaches the directory the nodes see."""
+    import shlex
+    import subprocess
+
+    from conftest_servers import subprocess_env
+
+    private = tmp_path / "private"
+    private.mkdir()
+    out = private / "out"
+    cmd = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *INPUTS, "-o", str(out), "-t", VOCAB,
+           "--executor", "ray", "--ray-address", ray_cluster.address, "--no-progress"]
+    script = f"mount -t tmpfs tmpfs {shlex.quote(str(private))} && exec {shlex.join(cmd)}"
+    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         env=subprocess_env(ray_cluster.env), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert f"--output {out} is a directory of this machine that" in res.stderr
+    assert "nodes with CPUs do not see (at 127.0.0.1)" in res.stderr
+    assert "Give an object-store URL" in res.stderr
+    assert list(private.iterdir()) == []

@@ -19,6 +19,11 @@ Ray adds is where tasks run and what happens when a machine goes away:
 * **Storage settings**: the driver's S3 settings from its environment (``AWS_ENDPOINT_URL``, the
   region, and its credentials for workers that have none) are set in each task's process, so a
   run that works locally with ``AWS_ENDPOINT_URL`` works on the cluster (values never logged).
+* **Output**: a local ``--output`` path must be the same directory on every node (a shared
+  filesystem mounted at that path); otherwise each node would keep its own tasks' shards and the
+  manifest would list shards its directory lacks. Before any task runs, each alive node with CPUs
+  reads back a file the driver wrote there (:func:`check_output_seen_by_every_node`); a node that
+  cannot stops the run. An object-store URL needs no check.
 * **Progress**: the driver waits on the task references and reports each finished task's bytes,
   documents and tokens.
 """
@@ -27,11 +32,13 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from typing import Iterator, Sequence
 
+from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import StorageEnvironment, configure_process
-from mlm_pipeline.errors import TaskFailed
+from mlm_pipeline.errors import OutputError, TaskFailed
 from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers, run_one
 from mlm_pipeline.plan import Task
 
@@ -71,6 +78,61 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     return True
 
 
+PROBE_SECONDS = 120  # for every node to answer the output check (a worker process starts on each)
+
+
+def _read_probe(path: str) -> tuple[str, str | None]:
+    """On one node: its address, and the content of ``path`` there (None if it cannot be read)."""
+    import ray
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = f.read()
+    except OSError:
+        content = None
+    return ray.util.get_node_ip_address(), content
+
+
+def check_output_seen_by_every_node(output: str) -> None:
+    """Raise :class:`OutputError` unless every alive node with CPUs sees the local directory
+    ``output`` as this process does: a file with a random token, written into its ``_tmp/``, is
+    read back by a zero-CPU task pinned to each node. Nodes that join later (an autoscaler's) are
+    not checked."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from mlm_pipeline.run import layout
+
+    token = uuid.uuid4().hex
+    probe = os.path.join(layout.tmp_dir(fs.get_fs(output)[1]), f"node-check-{token}")
+    fs.atomic_write_bytes(probe, token.encode())
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        read = ray.remote(_read_probe)
+        refs = [read.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(probe) for n in nodes]
+        try:
+            answers = ray.get(refs, timeout=PROBE_SECONDS)
+        except GetTimeoutError:
+            raise OutputError(f"could not check within {PROBE_SECONDS} s that every node of the cluster sees the "
+                              f"output directory {output}; give an object-store URL (s3://..., gs://...) as "
+                              "--output, or try again") from None
+    finally:
+        try:
+            os.remove(probe)
+        except OSError:
+            pass
+    blind = [address for address, content in answers if content != token]
+    if blind:
+        shown = sorted(set(blind))
+        raise OutputError(
+            f"--output {output} is a directory of this machine that {len(blind)} of the cluster's {len(nodes)} "
+            f"nodes with CPUs do not see (at {', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}): each would "
+            "keep its tasks' shards on its own disk. Give an object-store URL (s3://..., gs://...), or a "
+            "filesystem mounted at the same path on every node")
+
+
 def _progress_of(marker: dict) -> dict:
     """A whole task's progress increment, from its marker (Ray tasks report when they finish)."""
     stats = marker.get("stats", {})
@@ -103,6 +165,8 @@ class RayExecutor:
         options = {"num_cpus": 1, "max_retries": self.max_retries, "retry_exceptions": False}
         pending: dict = {}
         try:
+            if fs.is_local(self.config.output):
+                check_output_seen_by_every_node(self.config.output)
             config_ref = ray.put(self.config)
             storage = StorageEnvironment.of_this_process()
             if storage.settings or storage.secrets:
