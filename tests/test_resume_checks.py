@@ -106,3 +106,22 @@ def test_a_finished_run_without_its_markers_is_not_replaced(tmp_path):
     with pytest.raises(OutputError, match="already holds a run with other settings"):
         run_prepare(config(out, [SAMPLE_TEXT], max_seq_length=64))
     assert list((out / "shards").iterdir())
+
+
+def test_an_unfinished_run_whose_markers_cannot_be_read_is_not_replaced(tmp_path):
+    """A run stopped before its manifest, rerun with another setting while its markers cannot be
+    read (a storage error: here each marker's path is a directory): nothing tells that it read
+    nothing, so it is kept and the change refused, not replaced with its shards deleted."""
+    out = tmp_path / "out"
+    run_prepare(config(out, [SAMPLE_TEXT], split_bytes="2KB"))
+    (out / "manifest.json").unlink()
+    shards = sorted(p.name for p in (out / "shards").iterdir())
+    markers = sorted((out / "_tasks").glob("*.json"))
+    assert len(markers) > 1
+    for marker in markers:
+        marker.rename(marker.with_suffix(".saved"))
+        marker.mkdir()
+    with pytest.raises(OutputError, match="max-seq-length: 128 in the existing run, 64 now"):
+        run_prepare(config(out, [SAMPLE_TEXT], split_bytes="2KB", max_seq_length=64))
+    assert sorted(p.name for p in (out / "shards").iterdir()) == shards
+    assert json.loads((out / "_run.json").read_text())["settings"]["max_seq_length"] == 128

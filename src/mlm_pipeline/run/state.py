@@ -282,8 +282,10 @@ def _read_nothing(output: str) -> bool:
         return False  # cannot tell: keep it
     ids = sorted(done_task_ids(output))
     for data in fs.read_many([layout.marker_url(output, i) for i in ids]):
+        if data is None:
+            return False  # not read (a storage error, or gone since the listing): cannot tell, keep it
         try:
-            stats = json.loads(data)["stats"] if data is not None else {}
+            stats = json.loads(data)["stats"]
         except (ValueError, KeyError, TypeError):
             return False  # cannot tell: keep it
         if stats.get("documents_read", 0) or stats.get("instances", 0):
