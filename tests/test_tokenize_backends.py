@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import VOCAB
+from conftest import SAMPLE_TEXT, VOCAB
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
 from mlm_pipeline.tokenize.backends.nanotoken import NanotokenEncoder
@@ -81,6 +81,65 @@ def test_a_backend_differing_on_real_input_falls_back_for_the_task(monkeypatch, 
     request_cleanup()
     fallbacks = [b for b in manifest["tokenizer_backend"] if b.get("fallback_from") == "nanotoken"]
     assert fallbacks and fallbacks[0]["backend"] == "hf" and "season" in fallbacks[0]["fallback_reason"]
+
+
+def _two_tasks_one_difference(monkeypatch, tmp_path):
+    """A fast backend wrong on "zyzzyva", which is in the first line of task 00000's file and, in
+    task 00001's, only past what that task's check reads; and a run of the two files."""
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.tokenize import backends
+
+    class Rare(_OffByOne):
+        trigger = "zyzzyva"
+
+    monkeypatch.setitem(backends.BACKENDS, "nanotoken", Rare)
+    text = SAMPLE_TEXT.read_text(encoding="utf-8")
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("The zyzzyva is a weevil.\n" + text * 4, encoding="utf-8")
+    b.write_text(text * 3 + "\nA zyzzyva came late.\n", encoding="utf-8")
+
+    def run(out, **kw):
+        load_tokenizer.cache_clear()  # a fresh process's tokenizer
+        try:
+            run_prepare(PrepareConfig(inputs=[str(a), str(b)], output=str(out), tokenizer=str(VOCAB), workers=1,
+                                      progress=False, split_bytes="20KB", **kw))
+        finally:
+            load_tokenizer.cache_clear()
+        markers = {p.stem: json.loads(p.read_text())["tokenizer_backend"] for p in (out / "_tasks").glob("*.json")}
+        return {p.name: p.read_bytes() for p in (out / "shards").iterdir()}, markers
+
+    return run
+
+
+def test_a_tasks_fallback_holds_for_that_task_only(monkeypatch, tmp_path):
+    """Array workers: task 00001 is encoded by the fast backend whether task 00000, which fell
+    back, ran before it in the same process (one worker owning both) or not (a worker running it
+    alone): its shard is the same bytes either way, and each marker records its task's backend."""
+    run = _two_tasks_one_difference(monkeypatch, tmp_path)
+    both, markers = run(tmp_path / "both", task_count=1, task_rank=0)
+    alone, _ = run(tmp_path / "alone", task_count=2, task_rank=1)
+    assert sorted(both) == ["part-00000-00000.tfrecord", "part-00001-00000.tfrecord"]
+    assert list(alone) == ["part-00001-00000.tfrecord"]
+    assert both["part-00001-00000.tfrecord"] == alone["part-00001-00000.tfrecord"]
+    assert markers["00000"]["fallback_from"] == "nanotoken" and markers["00000"]["backend"] == "hf"
+    assert markers["00001"]["backend"] == "nanotoken"
+
+
+def test_after_a_fallback_one_backend_encodes_the_whole_run(monkeypatch, tmp_path, caplog):
+    """A plain run: task 00000's fallback makes the run encode task 00001 again with HF, so the
+    shards are those of --tokenizer-backend hf, the difference past 00001's check included."""
+    run = _two_tasks_one_difference(monkeypatch, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        got, markers = run(tmp_path / "auto")
+    assert "task 00000 showed a difference from HF on its own text; the 1 task(s) the fast backend encoded are " \
+           "run again with hf" in caplog.text
+    want, _ = run(tmp_path / "hf", tokenizer_backend="hf")
+    assert got == want
+    assert {m["backend"] for m in markers.values()} == {"hf"}
+    manifest = json.loads((tmp_path / "auto" / "manifest.json").read_text())
+    assert sum(b["tasks"] for b in manifest["tokenizer_backend"]) == 2
+    assert all(b["backend"] == "hf" for b in manifest["tokenizer_backend"])
 
 
 @pytest.mark.slow

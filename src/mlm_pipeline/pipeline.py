@@ -24,7 +24,7 @@ from mlm_pipeline.progress import Progress
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import RunLock
 from mlm_pipeline.run.manifest import finalize_if_complete, write_manifest
-from mlm_pipeline.run.state import RunStart, done_task_ids, forget_rejected, start_run
+from mlm_pipeline.run.state import CompletedTasks, RunStart, completed_tasks, done_task_ids, forget_rejected, start_run
 from mlm_pipeline.formats.sink import clean_tmp
 
 log = logging.getLogger("mlm_pipeline")
@@ -98,8 +98,9 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
                  len(start.plan.tasks), len(tasks))
     # stale markers of the tasks this worker may run (an array worker: its share) are deleted
     forget_rejected(config.output, start.done, None if config.task_count is None else [t.task_id for t in tasks])
-    executor = executor_for(config)
     done = start.done  # what the manifest needs of each completed task (not whole markers)
+    # a resumed run in which a task fell back to HF goes on with HF (see _one_backend)
+    executor = executor_for(config if shared or not done.fell_back else _with_hf(config))
     ran: list[str] = []
     manifest = None
     progress = Progress(
@@ -116,11 +117,41 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
             if shared and manifest is None:
                 manifest = finalize_if_complete(config, start.record, start.plan)
     if not shared:
+        done = _one_backend(config, start, done)
         manifest = write_manifest(config, start.record, start.plan, done)
         clean_tmp(config.output)  # only this process wrote there
         return manifest
     manifest = manifest or finalize_if_complete(config, start.record, start.plan)
     return _worker_summary(config, start, executor, ran, manifest)
+
+
+def _with_hf(config: PrepareConfig) -> PrepareConfig:
+    return config.model_copy(update={"tokenizer_backend": "hf"})
+
+
+def _one_backend(config: PrepareConfig, start: RunStart, done: CompletedTasks) -> CompletedTasks:
+    """One backend encodes a whole run: if a task's own text showed the fast backend differing
+    from HF (its check fell back, for that task only), the tasks the fast backend encoded are run
+    again with HF. Its difference may lie in their text too, past what their own checks read; and
+    which tasks ran before the one that found it depends on the workers, never the bytes.
+    Returns the completed tasks as they are then.
+
+    Array and claim workers each see only their tasks: there each task's own check decides for it.
+    """
+    redo = done.encoded_fast() if done.fell_back else []
+    if not redo:
+        return done
+    log.warning("tokenizer backend: task %s showed a difference from HF on its own text; the %d task(s) the fast "
+                "backend encoded are run again with hf, so that one backend encodes the whole run",
+                done.fell_back, len(redo))
+    for task_id in redo:  # (a run stopped now redoes them on resume: its tasks go on with HF)
+        fs.remove(layout.marker_url(config.output, task_id))
+    wanted = set(redo)
+    tasks = [t for t in start.plan.tasks if t.task_id in wanted]
+    done = completed_tasks(config, start.plan)
+    for marker in executor_for(_with_hf(config)).run(tasks, lambda delta: None):
+        done.add(marker)
+    return done
 
 
 def _worker_summary(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str],

@@ -189,6 +189,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     clock = time.perf_counter()
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
+    tok.begin_task()  # a fallback of an earlier task in this process does not carry over
     options = ReadOptions.from_config(config)
     read_stats = ReadStats()
     block_stats = _BlockStats()

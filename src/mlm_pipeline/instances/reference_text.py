@@ -120,6 +120,7 @@ def tokenize_reference_documents(
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
+    encoder.begin_task()  # each file's own first texts decide for it, whatever ran before in this process
     encoder.check_block(first_texts([sentences], check_budget(sum(map(len, sentences)))), where)
     flat, lengths = encoder.encode_batch(sentences)
     if backend is not None:

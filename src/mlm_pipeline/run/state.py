@@ -58,6 +58,8 @@ class CompletedTasks:
         self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
+        self._fast: set[int] = set()  # plan indices of the tasks a backend other than HF encoded
+        self._fell_back: str | None = None  # a task whose own text showed the fast backend differing from HF
         self.rejected: dict[str, bytes] = {}  # task id -> the bytes of its marker, read and found stale
 
     @classmethod
@@ -77,7 +79,12 @@ class CompletedTasks:
         self._shards[index] = marker["shards"]
         self._times[index] = task_timing(marker)
         add_counts(self._stats, marker["stats"])
-        self._backends[json.dumps(marker.get("tokenizer_backend", {}), sort_keys=True)] += 1
+        backend = marker.get("tokenizer_backend", {})
+        self._backends[json.dumps(backend, sort_keys=True)] += 1
+        if backend.get("backend", "hf") != "hf":
+            self._fast.add(index)
+        if backend.get("fallback_from") and self._fell_back is None:
+            self._fell_back = marker["task_id"]
 
     def __contains__(self, task_id: object) -> bool:
         return self._index.get(task_id) in self._shards  # type: ignore[arg-type]
@@ -97,6 +104,16 @@ class CompletedTasks:
         """The tasks' stats summed; keys of nested counts (histograms, skip reasons) sorted, so the
         totals do not depend on the order tasks finished in."""
         return {k: _sorted_counts(v) if isinstance(v, dict) else v for k, v in self._stats.items()}
+
+    @property
+    def fell_back(self) -> str | None:
+        """A task whose own text showed the fast backend differing from HF (it fell back to HF), if any."""
+        return self._fell_back
+
+    def encoded_fast(self) -> list[str]:
+        """The ids of the tasks a backend other than HF encoded, in plan order."""
+        ids = {index: task_id for task_id, index in self._index.items()}
+        return [ids[index] for index in sorted(self._fast)]
 
     def backends(self) -> list[dict]:
         """Which tokenizer backend encoded how many tasks (and why any fell back to HF)."""

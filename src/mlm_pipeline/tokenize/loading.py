@@ -209,8 +209,12 @@ class TextTokenizer:
             texts = [electra_lower(t) if CAPITAL_SIGMA in t else t for t in texts]
         return self.checked.encode_batch(texts)
 
+    def begin_task(self) -> None:
+        """A task starts: the backend chosen at load encodes again (:meth:`CheckedEncoder.begin_task`)."""
+        self.checked.begin_task()
+
     def check_block(self, texts: list[str], where: str) -> None:
-        """Compare the backend with HF on real input; on a difference use HF from now on."""
+        """Compare the backend with HF on real input; on a difference use HF for the rest of the task."""
         self.checked.check_block(texts, where)
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
@@ -226,8 +230,9 @@ class CheckedEncoder:
 
     At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
     HF does; ``check_block`` compares it with HF again on real input (each task's first texts).
-    On any difference HF encodes from then on, with a warning naming the text, and ``info`` (what
-    the task marker and the manifest record) says so.
+    On any difference HF encodes for the rest of that task (``begin_task`` starts the next one
+    with the backend chosen at load), with a warning naming the text, and ``info`` (what the
+    task marker and the manifest record) says so.
     """
 
     def __init__(self, tok: Tokenizer, requested: str = "auto"):
@@ -236,6 +241,14 @@ class CheckedEncoder:
         # gain nothing from it)
         self._plain = HFEncoder(tok, ascii_route=False)
         self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
+        self._chosen = (self.encoder, self.info)
+
+    def begin_task(self) -> None:
+        """Encode with the backend chosen at load again. A fallback (:meth:`check_block`) holds
+        for the rest of the task whose text showed the difference, not for the tasks this process
+        runs after it: their bytes would otherwise depend on what ran before them in the same
+        process, and so on the worker count."""
+        self.encoder, self.info = self._chosen
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return self.encoder.encode_batch(texts)
