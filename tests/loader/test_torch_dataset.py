@@ -359,3 +359,39 @@ def test_persistent_dataloader_workers_are_refused_on_their_second_pass(parquet_
 
     samples = list(torch.utils.data.DataLoader(TwoEpochs(), batch_size=None, num_workers=1))
     assert len(samples) == 2 * ds.total and [s["epoch"] for s in samples[:: ds.total]] == [0, 1]
+
+
+def _sample_indices(samples):
+    return [int(s["index"]) for s in samples]
+
+
+def _ddp_rank_reads(rank: int, out: str, store: str, record: str) -> None:
+    """One of two gloo ranks: the dataset without rank arguments, one DataLoader worker started by
+    spawn (the default on macOS, and on Linux from Python 3.14)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        dataset = MLMDataset(out, seed=0, shuffle_buffer=64)
+        dl = MLMDataLoader(dataset, batch_size=8, collate_fn=_sample_indices, num_workers=1,
+                           multiprocessing_context="spawn")
+        seen = [i for batch in dl for i in batch]
+        with open(f"{record}.{rank}", "w") as f:
+            json.dump({"len": len(dataset), "seen": seen}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_spawned_workers_of_ddp_ranks_read_their_rank_only(parquet_out, tmp_path):
+    """Rank and world size come from torch.distributed in the training process; a worker started
+    by spawn has no process group, so it must get them with the dataset: each rank reads its own
+    half of the epoch, not the whole epoch."""
+    import torch.multiprocessing as mp
+
+    record = tmp_path / "rank"
+    mp.spawn(_ddp_rank_reads, args=(str(parquet_out), str(tmp_path / "store"), str(record)), nprocs=2, join=True)
+    ranks = [json.loads(record.with_name(f"rank.{r}").read_text()) for r in (0, 1)]
+    total = load_prepared(parquet_out).total
+    assert [len(r["seen"]) for r in ranks] == [r["len"] for r in ranks]
+    assert sum(len(r["seen"]) for r in ranks) == total
+    assert not set(ranks[0]["seen"]) & set(ranks[1]["seen"])

@@ -182,6 +182,14 @@ class MLMDataset(IterableDataset):
 
     # -- geometry ------------------------------------------------------------------------
 
+    def __getstate__(self) -> dict:
+        """A copy for another process (a DataLoader worker) carries the rank and world size this
+        process resolves: a spawned or forkserver worker has no process group to ask, and would
+        take itself for rank 0 of 1, reading the whole epoch on every rank."""
+        state = self.__dict__.copy()
+        state["_rank"], state["_world_size"] = _resolve_rank(self._rank, self._world_size)
+        return state
+
     @property
     def rank(self) -> int:
         return _resolve_rank(self._rank, self._world_size)[0]
