@@ -395,3 +395,26 @@ def test_spawned_workers_of_ddp_ranks_read_their_rank_only(parquet_out, tmp_path
     assert [len(r["seen"]) for r in ranks] == [r["len"] for r in ranks]
     assert sum(len(r["seen"]) for r in ranks) == total
     assert not set(ranks[0]["seen"]) & set(ranks[1]["seen"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_epoch_after_a_partial_pass_starts_that_epoch_whole(parquet_out, workers):
+    """The DDP idiom ``dataset.set_epoch(e)`` at each epoch's start, with the loop leaving epoch 0
+    after 10 batches (a step limit, a break): epoch 1 is whole, not short of those 10 batches,
+    and the epochs run are the ones set, with the state saying so."""
+    dataset = MLMDataset(parquet_out, seed=0, shuffle_buffer=64)
+    dl = MLMDataLoader(dataset, batch_size=8, collate_fn=_sample_indices, num_workers=workers)
+    seen = {}
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        seen[epoch] = []
+        for i, batch in enumerate(dl):
+            seen[epoch] += batch
+            if epoch == 0 and i == 9:
+                break
+        assert dataset.epoch == epoch
+    assert len(seen[0]) == 80
+    assert sorted(seen[1]) == sorted(seen[2]) == list(range(dataset.total))
+    assert dl.state_dict() == dataset.state_dict(epoch_complete=True)
+    dataset.set_epoch(5)  # after a whole pass too: the state is epoch 5's start
+    assert dl.state_dict()["epoch"] == 5 and dl.remaining() == len(dl)

@@ -179,6 +179,7 @@ class MLMDataset(IterableDataset):
         self._yielded = 0  # samples yielded by the latest in-process iteration (num_workers=0)
         self._finished = False  # ... and whether it ran to the end
         self._worker_passes = 0  # passes this copy made in a DataLoader worker (more than one: a persistent worker)
+        self.position_changes = 0  # set_epoch and load_state_dict calls: a loader's pass begun before one is void
 
     # -- geometry ------------------------------------------------------------------------
 
@@ -283,6 +284,7 @@ class MLMDataset(IterableDataset):
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         self.epoch = int(epoch)
+        self.position_changes += 1
         self._segments = []
         self._worker_passes = 0  # (set in a worker's own copy: its next pass is a new one)
         self._yielded = 0

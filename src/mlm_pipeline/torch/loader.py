@@ -68,9 +68,15 @@ class MLMDataLoader:
             self._loader_kwargs["prefetch_factor"] = prefetch_factor
         self._pass: PassProgress | None = None  # the current (or just finished) pass
 
+    def _current_pass(self) -> PassProgress | None:
+        """The current (or just finished) pass, unless the dataset's position was set since it
+        began (``dataset.set_epoch``, ``load_state_dict``): its batches then belong to the old one."""
+        done = self._pass
+        return done if done is not None and done.position == self.dataset.position_changes else None
+
     def _close_pass(self) -> None:
         """Fold the current pass into the dataset's position (the next epoch if it is complete)."""
-        done = self._pass
+        done = self._current_pass()
         self.dataset.advance(batches=done.consumed if done else 0, batch_size=self.batch_size,
                              num_workers=self.num_workers, epoch_complete=bool(done and done.finished))
         self._end_pass()
@@ -82,7 +88,8 @@ class MLMDataLoader:
 
     def __iter__(self):
         self._close_pass()
-        self._pass = PassProgress(length=self.dataset.num_batches(self.batch_size, self.num_workers))
+        self._pass = PassProgress(length=self.dataset.num_batches(self.batch_size, self.num_workers),
+                                  position=self.dataset.position_changes)
         loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_size=self.batch_size,
@@ -101,15 +108,16 @@ class MLMDataLoader:
 
     def remaining(self) -> int:
         """Batches the current pass still yields (or the next one, if none is under way)."""
-        if self._pass is not None and not self._pass.finished:
-            return self._pass.length - self._pass.consumed
-        if self._pass is not None:
+        done = self._current_pass()
+        if done is not None and not done.finished:
+            return done.length - done.consumed
+        if done is not None:
             return self.dataset.num_batches_of_epoch(self.batch_size, self.num_workers)
         return self.dataset.num_batches(self.batch_size, self.num_workers)
 
     def state_dict(self) -> dict:
         """Position after the batches handed out so far (see :meth:`MLMDataset.state_dict`)."""
-        done = self._pass
+        done = self._current_pass()
         return self.dataset.state_dict(batches=done.consumed if done else 0, batch_size=self.batch_size,
                                        num_workers=self.num_workers, epoch_complete=bool(done and done.finished))
 
@@ -123,6 +131,7 @@ class PassProgress:
     """What one pass of a loader has handed out: written by the pass's iterator, read by the loader."""
 
     length: int  # batches of the pass
+    position: int  # the dataset's ``position_changes`` when the pass began
     consumed: int = 0  # batches handed out so far
     finished: bool = False  # the pass ran to its end
     stale: bool = False  # the loader has since started another pass or loaded a state
