@@ -227,7 +227,8 @@ def test_max_predictions_caps_the_masks(wordpiece, samples):
 
 
 @pytest.mark.parametrize("kwargs", [dict(masking="other"), dict(mlm_probability=0.0), dict(max_predictions=0),
-                                    dict(masking="static", whole_word_mask=True), dict(seed=-1)])
+                                    dict(masking="static", whole_word_mask=True), dict(seed=-1),
+                                    dict(masking="electra")])
 def test_bad_settings_are_value_errors(wordpiece, kwargs):
     with pytest.raises(ValueError):
         MLMCollator(wordpiece, **kwargs)

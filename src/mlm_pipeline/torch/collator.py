@@ -150,7 +150,7 @@ class MLMCollator:
             80/10/10; ``"electra"``: ELECTRA's masking at load time (see above).
         mlm_probability, max_predictions: ``k`` per instance as above (``None``: no cap; for
             ELECTRA's masking ``None`` is its ``int((p + 0.005) * L)`` with ``L`` = ``max_length``,
-            else the batch's width).
+            so it needs one of the two).
         whole_word_mask: mask whole words (dynamic masking only).
         seed: seed of the dynamic masks (with the sample's ``epoch`` and ``index``).
         nsp: include ``next_sentence_label`` (for ``BertForPreTraining``; leave out for
@@ -190,6 +190,10 @@ class MLMCollator:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if max_predictions is not None and max_predictions < 1:
             raise ValueError(f"max_predictions must be >= 1 or None, got {max_predictions}")
+        if masking == "electra" and max_length is None and max_predictions is None:
+            raise ValueError("masking='electra' draws int((p + 0.005) * L) positions, L the length the shards were cut "
+                             "to: give max_length (dataset.collator() sets it from the manifest) or max_predictions; "
+                             "from the batch's width, an instance's mask would depend on the batch it is in")
         if whole_word_mask and masking != "dynamic":
             raise ValueError("whole_word_mask applies to dynamic masking (not to static or ELECTRA's masking)")
         if not isinstance(seed, int) or seed < 0:
@@ -279,8 +283,8 @@ class MLMCollator:
         draws of prediction slot ``j`` of a row are hashes of (the row's key, ``j``)."""
         from mlm_pipeline.electra_masking import electra_mask, max_predictions_per_seq
 
-        n, width = ids.shape
-        slots = self.max_predictions or max_predictions_per_seq(self.max_length or width, self.mlm_probability)
+        n = ids.shape[0]
+        slots = self.max_predictions or max_predictions_per_seq(self.max_length, self.mlm_probability)
         pos = torch.arange(slots, dtype=torch.int64)[None, :].expand(n, slots)
         masked = electra_mask(
             ids.numpy(), attention.numpy(), mask_id=self.mask_id, ignore_ids=self._electra_ignore,
