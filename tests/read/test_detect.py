@@ -29,6 +29,12 @@ def test_detect_sample_files(sample_dir):
         ("data.txt", b"One sentence.\n\nAnother.\n", "text"),
         ("data.txt", b"", "text"),
         ("wiki.bz2", b'<doc id="1">\n', "wikiextractor"),
+        # a first line that starts with { but is no JSON object: every line would be a bad record
+        ("book.txt", b"{Editor's note: digitised in 2003.}\nThe first chapter.\n", "text"),
+        ("data", b"{1: 2}\nx\n", "text"),
+        ("data", b'["a list"]\n', "text"),
+        # a first line longer than the detection head is judged by its first byte
+        ("long", b'{"text": "' + b"a" * (70 << 10) + b'"}\n', "jsonl"),
     ],
 )
 def test_detect_format(tmp_path, name, content, fmt):

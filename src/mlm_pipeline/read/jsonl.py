@@ -32,8 +32,8 @@ log = logging.getLogger("mlm_pipeline")
 
 class JsonLinesFormat(InputFormat):
     """jsonl: one JSON object per line, the text in --text-field, split into sentences;
-    detected by a ``.jsonl``/``.json``/``.ndjson`` name or a first non-blank line starting with
-    ``{``."""
+    detected by a ``.jsonl``/``.json``/``.ndjson`` name or a first non-blank line that is a
+    JSON object."""
 
     name = "jsonl"
 
@@ -41,7 +41,18 @@ class JsonLinesFormat(InputFormat):
         return sample.extension in EXTENSIONS
 
     def claims_head(self, sample: InputSample) -> bool:
-        return sample.first_line().startswith(b"{")
+        """A first line that is a JSON object (one cut at the detection head only has to start
+        with ``{``): a text whose first line merely starts with ``{`` ("{Editor's note...}")
+        stays text, where every line of it would be a bad record."""
+        line = sample.first_line()
+        if not line.startswith(b"{"):
+            return False
+        if not sample.first_line_is_whole():
+            return True
+        try:
+            return isinstance(json.loads(line), dict)
+        except ValueError:
+            return False
 
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)

@@ -39,6 +39,7 @@ class InputSample:
         self._head: bytes | None = None
         self._asked = 0
         self._first_line: bytes | None = None
+        self._first_line_whole = False
 
     def head(self, n: int = DETECT_BYTES) -> bytes:
         """The first ``n`` bytes (decompressed). Raises ``InputError`` if the file cannot be read.
@@ -59,9 +60,14 @@ class InputSample:
         if self._first_line is None:
             line, whole = _first_line(self.head(SNIFF_BYTES), SNIFF_BYTES)
             if not whole:
-                line, _ = _first_line(self.head(DETECT_BYTES), DETECT_BYTES)
-            self._first_line = line
+                line, whole = _first_line(self.head(DETECT_BYTES), DETECT_BYTES)
+            self._first_line, self._first_line_whole = line, whole
         return self._first_line
+
+    def first_line_is_whole(self) -> bool:
+        """Whether :meth:`first_line` is the whole line (not cut at ``DETECT_BYTES``)."""
+        self.first_line()
+        return self._first_line_whole
 
     def binary_reason(self) -> str | None:
         """A reason string if the head does not look like text, else None (see ``binary_reason``)."""
