@@ -125,3 +125,25 @@ def test_an_unfinished_run_whose_markers_cannot_be_read_is_not_replaced(tmp_path
         run_prepare(config(out, [SAMPLE_TEXT], split_bytes="2KB", max_seq_length=64))
     assert sorted(p.name for p in (out / "shards").iterdir()) == shards
     assert json.loads((out / "_run.json").read_text())["settings"]["max_seq_length"] == 128
+
+
+def test_an_output_with_shards_but_no_run_record_is_refused(tmp_path):
+    """Another run's shards (its _run.json and markers removed) or a user's own files under a
+    run's names: a new run would write beside them, and a glob over shards/ would read them."""
+    out = tmp_path / "out"
+    run_prepare(config(out, [SAMPLE_TEXT], split_bytes="2KB"))
+    for name in ("_run.json", "_plan.json"):
+        (out / name).unlink()
+    shutil.rmtree(out / "_tasks")
+    shards = sorted(p.name for p in (out / "shards").iterdir())
+    with pytest.raises(OutputError, match=rf"holds {len(shards)} file\(s\) in shards/ and manifest.json but no "
+                                          r"_run.json"):
+        run_prepare(config(out, [WIKITEXT]))
+    assert sorted(p.name for p in (out / "shards").iterdir()) == shards
+    mine = tmp_path / "mine"
+    (mine / "shards").mkdir(parents=True)
+    (mine / "shards" / "important.tfrecord").write_bytes(b"not ours")
+    with pytest.raises(OutputError, match=r"holds 1 file\(s\) in shards/ but no _run.json"):
+        run_prepare(config(mine, [SAMPLE_TEXT]))
+    assert (mine / "shards" / "important.tfrecord").read_bytes() == b"not ours"
+    assert not (mine / "_run.json").exists()

@@ -243,6 +243,12 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     except (OSError, json.JSONDecodeError) as exc:
         raise OutputError(f"cannot read {url}: {exc}") from exc
     if existing is None:
+        foreign = _files_of_no_run(config.output)
+        if foreign and not fs.exists(url):  # (a worker starting with this one may have recorded the run since)
+            raise OutputError(
+                f"the output {config.output} holds {' and '.join(foreign)} but no {layout.RUN_FILE}: files of no "
+                "run that can be resumed, which would mix with this run's (a glob over its shards would read them); "
+                "use a new --output or remove them")
         try:  # a conditional create: of workers starting together, one writes it, the others compare
             if cas.create_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode()):
                 return
@@ -285,6 +291,16 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _files_of_no_run(output: str) -> list[str]:
+    """What of a run's own names an output without ``_run.json`` holds: shard files, a manifest,
+    markers (every run writes ``_run.json`` before them, so they are another run's, or not ours)."""
+    found = [f"{len(names)} file(s) in {url.rstrip('/').rsplit('/', 1)[-1]}/"
+             for url in (*layout.shard_dir_urls(output), layout.tasks_url(output)) if (names := fs.listdir(url))]
+    if fs.exists(layout.manifest_url(output)):
+        found.append(layout.MANIFEST_FILE)
+    return found
 
 
 def _read_nothing(output: str) -> bool:
