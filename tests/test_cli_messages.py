@@ -189,3 +189,23 @@ def test_the_same_prepare_on_a_finished_output_says_what_it_holds(tmp_path):
     again = cli(*args)
     assert "resuming: 1 of 1 tasks already complete" in again.stderr
     assert again.stdout.startswith(f"{tmp_path / 'out'} holds ") and "wrote" not in again.stdout
+
+
+def test_reference_mode_refuses_inputs_and_flags_it_would_ignore(tmp_path):
+    """--reference reads plain text line by line, as Google's script: a WikiExtractor file is
+    refused (its <doc> lines would be trained on), unless --input-format text asks for exactly
+    that; --sentence-split and another --input-format are refused."""
+    from conftest import SAMPLE
+
+    wx = SAMPLE / "wikiextractor-AA.txt"
+    got = cli("prepare", wx, "-o", tmp_path / "a", "-t", VOCAB, "--reference", "--no-progress", check_code=2)
+    assert f"--reference reads plain text line by line, as its reference script does; {wx} is read as " \
+           "wikiextractor" in got.stderr and "--input-format text" in got.stderr
+    assert not (tmp_path / "a" / "shards").exists()
+    raw = cli("prepare", wx, "-o", tmp_path / "b", "-t", VOCAB, "--reference", "--input-format", "text", "--no-progress")
+    assert raw.returncode == 0
+    assert '"format": "text"' in (tmp_path / "b" / "manifest.json").read_text()
+    for flags, message in ((["--sentence-split"], "--sentence-split does not apply"),
+                           (["--input-format", "jsonl"], "--input-format jsonl does not apply")):
+        got = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "c", "-t", VOCAB, "--reference", *flags, check_code=2)
+        assert message in got.stderr

@@ -26,7 +26,8 @@ CASES = [
     for fmt in ("tfrecord", "parquet")
     for wwm in ((False,) if objective in ("tokens", "electra") else (False, True))
 ] + [
-    dict(objective="nsp", format=fmt, reference=True, do_whole_word_mask=wwm)
+    # (read as raw lines, as Google's script reads any file: the WikiExtractor file's <doc> lines included)
+    dict(objective="nsp", format=fmt, reference=True, do_whole_word_mask=wwm, input_format="text")
     for fmt in ("tfrecord", "parquet")
     for wwm in (False, True)
 ]

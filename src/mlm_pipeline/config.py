@@ -329,6 +329,12 @@ class PrepareConfig(BaseModel):
             if ref is None or self.masking != ref.masking:
                 raise ValueError(f"--reference: objective {self.objective} has no reference mode" if ref is None
                                  else f"--reference ({ref.help}) needs --masking {ref.masking}")
+            if self.sentence_split:
+                raise ValueError("--reference reads each line as a sentence, as its reference script does: "
+                                 "--sentence-split does not apply (leave it out, or split the text beforehand)")
+            if self.input_format not in ("auto", "text"):
+                raise ValueError(f"--reference reads plain text line by line, as its reference script does: "
+                                 f"--input-format {self.input_format} does not apply")
         if self.num_out_files is not None and self.format != "tfrecord":
             raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files; it needs --format tfrecord, "
                              f"not {self.format}")

@@ -139,6 +139,11 @@ def plan_tasks(config: PrepareConfig) -> Plan:
                     "--input-format wikitext reads them an article per document, with headings dropped "
                     "and paragraphs split into sentences (as text, each paragraph is a document)",
                     len(wikitext_files), wikitext_files[0].url)
+    if reference is not None and (other := [f for f in usable if f.fmt != "text"]):
+        raise InputError(f"--reference reads plain text line by line, as its reference script does; {other[0].url} "
+                         f"is read as {other[0].fmt}" + (f" (and {len(other) - 1} more)" if len(other) > 1 else "")
+                         + ": give text extracted from it, or --input-format text to read its raw lines as the script "
+                           "would (markup included), or leave out --reference")
     split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
