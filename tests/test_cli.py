@@ -112,6 +112,11 @@ def test_inspect_and_report(tmp_path, fmt):
     rep = cli("report", out).stdout
     assert "masked tokens" in rep and "instance length" in rep and "random-next" in rep
     cli("inspect", tmp_path / "missing", check_code=2)
+    # an objective without next-sentence labels: TFRecord stores 0 there, which is no label to show
+    packed = tmp_path / "packed"
+    cli("prepare", SAMPLE_TEXT, "-o", packed, "-t", VOCAB, "--format", fmt, "--objective", "packed", "--no-progress")
+    shown = cli("inspect", packed, "-n", "2").stdout
+    assert shown.count("[CLS]") == 2 and "next_sentence_label" not in shown
 
 
 def test_config_file_with_command_line_override(tmp_path):

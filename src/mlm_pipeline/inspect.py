@@ -13,6 +13,7 @@ from typing import Iterator
 from mlm_pipeline import fs
 from mlm_pipeline.errors import InspectError, TokenizerError
 from mlm_pipeline.formats import OutputFormat, get_output_format, output_format_for_file, output_format_names
+from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
 
@@ -105,7 +106,9 @@ def _resolve(path: str) -> tuple[list[str], dict, OutputFormat]:
     return [path], {}, _format_of_file(path)
 
 
-def format_instance(batch: InstanceBatch, i: int, tok) -> str:
+def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True) -> str:
+    """One instance as text; ``nsp``: its objective has next-sentence labels (TFRecord's layout
+    stores the feature for every objective, 0 where there is none)."""
     row = batch.row(i)
     tokens = tok.convert_ids_to_tokens(row["input_ids"])
     n_a = row["segment_ids"].count(0)
@@ -113,7 +116,7 @@ def format_instance(batch: InstanceBatch, i: int, tok) -> str:
         f"{p}:{t}" for p, t in zip(row["masked_lm_positions"], tok.convert_ids_to_tokens(row["masked_lm_ids"]))
     )
     head = f"#{i}  length {len(tokens)}  segment A {n_a}"
-    if "next_sentence_label" in row:
+    if nsp and "next_sentence_label" in row:
         head += f"  next_sentence_label {row['next_sentence_label']} ({'random' if row['next_sentence_label'] else 'actual'} next)"
     return f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"
 
@@ -141,6 +144,8 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
             raise InspectError(f"the tokenizer this output was made with, as its {layout.RUN_FILE} records it, "
                                f"cannot be loaded ({exc}): pass a copy of it with --tokenizer/-t, or use --json "
                                "for the ids") from None
+    objective = settings.get("objective")
+    nsp = objective not in objective_names() or get_objective(objective).has_nsp_labels
     shown = 0
     for k, url in enumerate(shards):
         batch = first if k == 0 else _read(output_format, url)
@@ -149,7 +154,7 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
             if as_json:
                 yield json.dumps(batch.row(i))
             else:
-                yield format_instance(batch, i, tok)
+                yield format_instance(batch, i, tok, nsp=nsp)
             shown += 1
         if shown >= n:
             return
