@@ -129,3 +129,15 @@ def test_a_check_of_several_settings_names_the_flags_without_pydantics_words():
     with pytest.raises(ConfigError) as err:
         build_config({**base, "max_predictions_per_seq": 200, "max_seq_length": 64})
     assert str(err.value) == "invalid settings:\n  --max-predictions-per-seq (200) cannot exceed --max-seq-length (64)"
+
+
+@pytest.mark.parametrize("objective, masking", [("tokens", None), ("packed", "none")])
+def test_copies_that_only_masks_could_tell_apart_are_refused(objective, masking):
+    """tokens and packed cut the same instances on every pass: unmasked, --dupe-factor 3 would be 3
+    identical copies of each. Masked (or one pass), they are allowed."""
+    settings = {**REQUIRED, "objective": objective, **({"masking": masking} if masking else {})}
+    with pytest.raises(ConfigError, match=f"--dupe-factor 3 with --objective {objective} and --masking none would "
+                                          "write 3 identical copies of every instance"):
+        build_config({**settings, "dupe_factor": 3})
+    assert build_config({**settings, "dupe_factor": 1}).masking == "none"
+    assert build_config({**settings, "dupe_factor": 3, "masking": "static"}).dupe_factor == 3

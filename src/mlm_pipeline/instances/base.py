@@ -137,6 +137,17 @@ class Objective:
         return self.sequence_features_only and masking == "none"
 
 
+def copies_need_masks(settings) -> None:
+    """The ``check`` of objectives built with :func:`repeat_shuffled`: they cut the same instances
+    on every pass, so with no masks ``--dupe-factor N`` would write N identical copies of each."""
+    if settings.dupe_factor > 1 and settings.masking == "none":
+        raise ValueError(
+            f"--dupe-factor {settings.dupe_factor} with --objective {settings.objective} and --masking none would "
+            f"write {settings.dupe_factor} identical copies of every instance (this objective cuts the same ones on "
+            "every pass; only masks tell the copies apart): use --dupe-factor 1 and mask at load time, which "
+            "draws new masks each epoch, or --masking static")
+
+
 def repeat_shuffled(batch: InstanceBatch, copies: int, rng: np.random.Generator) -> InstanceBatch:
     """``copies`` of every row, all in one random order (masking later tells the copies apart):
     ``dupe_factor`` for builders whose instances do not depend on random draws."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, repeat_shuffled
+from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, copies_need_masks, repeat_shuffled
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
@@ -82,4 +82,5 @@ OBJECTIVE = Objective(
     build=build,
     help="RoBERTa FULL-SENTENCES: whole sentences packed up to the max length across documents, no NSP",
     has_nsp_labels=False,
+    check=copies_need_masks,
 )

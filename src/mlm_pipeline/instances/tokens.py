@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, repeat_shuffled
+from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, copies_need_masks, repeat_shuffled
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
@@ -39,5 +39,6 @@ OBJECTIVE = Objective(
     build=build,
     help="tokenize only: plain windows of the token stream, for masking at load time (default --masking none)",
     has_nsp_labels=False,
+    check=copies_need_masks,
     default_masking="none",
 )
