@@ -300,3 +300,23 @@ def test_a_utf16_text_file_is_named_as_such_with_how_to_convert_it(tmp_path, enc
     [skipped] = plan.skipped_files
     assert skipped["path"] == str(utf16) and skipped["reason"] == "binary"
     assert said in skipped["detail"] and "text in UTF-16" in skipped["detail"]
+
+
+def test_a_program_is_named_as_a_program_not_as_utf16_text(tmp_path, caplog):
+    """An executable (here this Python's own) has many NUL bytes, often every other one in its
+    zero-padded header: it is skipped as an ELF file, with no advice to convert it, and said once."""
+    import logging
+    import os
+    import shutil as sh
+    import sys
+
+    program = tmp_path / "tool.bin"
+    sh.copy(os.path.realpath(sys.executable), program)
+    padded = tmp_path / "padded.bin"  # no known signature, NUL in every other byte, not text
+    padded.write_bytes(bytes(b for i in range(4096) for b in (0, (i * 37) % 32)))
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        plan = plan_tasks(config([program, padded, SAMPLE_TEXT]))
+    details = {s["path"]: s["detail"] for s in plan.skipped_files}
+    assert details[str(program)] == "binary data; it looks like an executable (ELF)"
+    assert "UTF-16" not in details[str(padded)] and "NUL bytes" in details[str(padded)]
+    assert caplog.text.count(f"skipping {program}") == 1

@@ -109,6 +109,11 @@ _SIGNATURES = (
     (b"BZh", "bzip2-compressed (name it *.bz2)"),
     (b"\xfd7zXZ\x00", "xz-compressed (name it *.xz)"),
     (b"PK\x03\x04", "a zip archive"),
+    (b"\x7fELF", "an executable (ELF)"),
+    (b"%PDF-", "a PDF document (extract its text first)"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"SQLite format 3\x00", "an SQLite database"),
 )
 
 
@@ -133,8 +138,9 @@ def binary_reason(head: bytes, asked: int) -> str | None:
     nuls = head.count(b"\x00")
     if nuls > max(1, len(head) // 100):
         even, odd = head[0::2].count(0), head[1::2].count(0)
-        if max(even, odd) > 0.9 * (len(head) // 2):  # ASCII as UTF-16: the high bytes are NUL
-            encoding = "UTF-16LE" if odd > even else "UTF-16BE"
+        encoding = "UTF-16LE" if odd > even else "UTF-16BE"
+        # ASCII as UTF-16: the high bytes are NUL, and the rest reads as text (a zero-padded binary does not)
+        if max(even, odd) > 0.9 * (len(head) // 2) and _reads_as_text(head[: len(head) // 2 * 2].decode(encoding, "replace")):
             return (f"{nuls} NUL bytes in the first {len(head)} bytes, every other byte: text in {encoding}; "
                     f"{_CONVERT_UTF16.format(encoding)}")
         return f"{nuls} NUL bytes in the first {len(head)} bytes"
@@ -148,6 +154,11 @@ def binary_reason(head: bytes, asked: int) -> str | None:
             f"{len(head)} bytes"
         )
     return None
+
+
+def _reads_as_text(text: str) -> bool:
+    """At least 95% of ``text`` is printable or whitespace."""
+    return bool(text) and sum(c.isprintable() or c in "\t\n\r" for c in text) >= 0.95 * len(text)
 
 
 _SPECIAL_TOKENS = {b"[PAD]", b"[UNK]", b"[CLS]", b"[SEP]", b"[MASK]", b"<pad>", b"<unk>", b"<s>", b"</s>", b"<mask>"}

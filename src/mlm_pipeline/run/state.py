@@ -169,8 +169,6 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
             f"--num-out-files {config.num_out_files} is fewer than the run's {len(plan.tasks)} tasks (each task "
             f"writes its own files): give at least {len(plan.tasks)}, or a larger --split-size"
         )
-    for s in plan.skipped_files:
-        log.warning("skipping %s: %s", s["path"], s.get("detail", s["reason"]))
     record = run_record(config, tok.fingerprint, plan)
     check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
