@@ -43,7 +43,7 @@ def test_refusal_lists_changed_settings_and_changed_inputs(tmp_path):
     shutil.copy(SAMPLE_TEXT, b)
     with pytest.raises(OutputError) as refused:
         run_prepare(config(out, [a, b], split_bytes="4KiB"))
-    assert "split-size: None in the existing run, 4096 now" in str(refused.value)
+    assert "split-size: auto in the existing run, 4096 now" in str(refused.value)
     assert "input files changed" not in str(refused.value)
 
 
@@ -147,3 +147,4 @@ def test_an_output_with_shards_but_no_run_record_is_refused(tmp_path):
         run_prepare(config(mine, [SAMPLE_TEXT]))
     assert (mine / "shards" / "important.tfrecord").read_bytes() == b"not ours"
     assert not (mine / "_run.json").exists()
+

@@ -127,7 +127,8 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
     if len(noted) > WARNED_FILES:
         log.warning("skipping %d more inputs (listed with their reasons in the manifest)", len(noted) - WARNED_FILES)
-    paragraph_files = [f for f in usable if f.paragraph_lines]
+    # (random-next pairs are the NSP objective's: ELECTRA, packed and tokens have none)
+    paragraph_files = [f for f in usable if f.paragraph_lines] if get_objective(config.objective).has_nsp_labels else []
     if paragraph_files:
         first = paragraph_files[0]
         log.warning("%d of %d text inputs look like a paragraph per line (%s: %s); each line is taken as one "

@@ -259,7 +259,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     for key in sorted((set(old) | set(new)) - by_content_names()):  # a tokenizer is compared by content below
         if old.get(key) != new.get(key):
             name = label.get(key, key.replace("_", "-"))
-            problems.append(f"{name}: {old.get(key)!r} in the existing run, {new.get(key)!r} now")
+            problems.append(f"{name}: {_shown(key, old.get(key))} in the existing run, {_shown(key, new.get(key))} now")
     if existing.get("algorithm", 1) != record["algorithm"]:
         problems.append(
             f"the existing run was made by a version that builds other instances (algorithm "
@@ -289,6 +289,11 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _shown(key: str, value) -> str:
+    """A setting's value as a refusal shows it: ``auto`` for the split size chosen from the input."""
+    return "auto" if key == "split_bytes" and value is None else repr(value)
 
 
 def _files_of_no_run(output: str) -> list[str]:
