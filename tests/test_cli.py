@@ -152,6 +152,12 @@ def test_reference_mode_through_the_cli_matches_golden(tmp_path):
     assert len(golden) == len(batch) == 118
     for k in padded:
         assert np.array_equal(padded[k], np.array([g[k] for g in golden])), k
+    assert "--reference with" not in cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "one", "-t", VOCAB, "--reference",
+                                         "--no-progress").stderr
+    # several files: each as the script's run on that file alone, which one run over the list is not
+    two = cli("prepare", SAMPLE_TEXT, WIKITEXT, "-o", tmp_path / "two", "-t", VOCAB, "--reference", "--no-progress")
+    assert "--reference with 2 input files writes, for each, what the reference script writes for that file " \
+           "alone" in two.stderr
 
 
 # ---- the command line is derived from the settings model ------------------------------------------

@@ -158,6 +158,10 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         pieces.extend((p, plugin.piece_bytes(p, f.size, len(file_pieces))) for p in file_pieces)
     # a reference mode's unit: one task per file, or the whole corpus in one task
     unit = reference.unit if reference is not None else None
+    if unit == "file" and len(files) > 1:
+        log.warning("--reference with %d input files writes, for each, what the reference script writes for that "
+                    "file alone; one run of the script over the whole list pools their documents (it draws "
+                    "random-next segments across files), so its output differs", len(files))
     task_bytes = sum(nbytes for _, nbytes in pieces) if unit == "corpus" else split_bytes
     tasks = _group(pieces, task_bytes, one_piece_per_task=unit == "file")
     tasks = [replace(t, count=len(tasks)) for t in tasks]
