@@ -92,3 +92,32 @@ def test_an_unchanged_input_resumes(own_corpus, tmp_path, clean_run):
     config, _ = _first_run_one_task(own_corpus, out, verify_inputs=True)
     run_prepare(config, show_progress=False)
     assert_as_clean(out, clean_run("parquet"))
+
+
+def test_a_truncated_gzip_repaired_after_its_task_failed_finishes_the_run(tmp_path):
+    """A .gz cut short fails its task (the others complete); once the file is whole again, the
+    same command finishes the run, though the file's size (and so its task) changed: the output
+    is a fresh run's on the repaired inputs. An edit to a completed task's file is still refused."""
+    import gzip
+
+    from conftest import SAMPLE_TEXT, WIKITEXT
+    from faults.helpers import shard_table
+    from mlm_pipeline.errors import OutputError, TaskFailed
+    from mlm_pipeline.pipeline import run_prepare
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(WIKITEXT, corpus / "a.txt")
+    whole = gzip.compress(SAMPLE_TEXT.read_bytes() * 400)
+    (corpus / "b.txt.gz").write_bytes(whole[: len(whole) // 2])
+    settings = {"split_bytes": "256KiB", "fmt": "tfrecord"}
+    with pytest.raises(TaskFailed, match="b.txt.gz"):
+        run_prepare(run_config(corpus, tmp_path / "out", **settings))
+    (corpus / "b.txt.gz").write_bytes(whole)
+    manifest = run_prepare(run_config(corpus, tmp_path / "out", **settings))
+    fresh = run_prepare(run_config(corpus, tmp_path / "fresh", **settings))
+    assert shard_table(manifest) == shard_table(fresh)
+    assert manifest["totals"] == fresh["totals"]
+    (corpus / "a.txt").write_bytes((corpus / "a.txt").read_bytes() + b"One more line.\n")
+    with pytest.raises(OutputError, match="the input files changed since the existing run started"):
+        run_prepare(run_config(corpus, tmp_path / "out", **settings))

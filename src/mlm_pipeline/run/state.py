@@ -267,13 +267,22 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         )
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
+    repaired = ""
     if existing.get("plan_fingerprint") != record["plan_fingerprint"]:
         changed = _input_changes(config.output, plan)
-        if changed or not problems:  # else the settings listed above explain the other plan
+        if replace_empty and not problems and _only_unfinished_tasks_differ(config.output, plan):
+            repaired = changed or "other pieces"  # (a plain run: no other worker uses this plan)
+        elif changed or not problems:  # else the settings listed above explain the other plan
             problems.append("the input files changed since the existing run started"
                             + (f": {changed}" if changed else " (different files or sizes)"))
     if not problems:
         problems += _changed_inputs(config.output, existing, record, plan)
+    if repaired and not problems:
+        log.warning("the input files changed since the run started (%s), but only in tasks not completed yet: "
+                    "they read the files as they are now", repaired)
+        fs.remove(layout.plan_url(config.output))  # (start_run saves the new plan)
+        fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        return
     if problems and replace_empty and _read_nothing(config.output):
         log.warning("replacing the run in %s: it completed no task, or read no document (%s)", config.output,
                     "; ".join(problems))
@@ -289,6 +298,21 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _only_unfinished_tasks_differ(output: str, plan: Plan | None) -> bool:
+    """``plan`` has as many tasks as the saved one and differs only in tasks without a marker:
+    a damaged input (a truncated .gz, say) repaired after its task failed changes its size and
+    so its task, while every completed task reads what it read before."""
+    try:
+        saved = json.loads(fs.read_bytes(layout.plan_url(output)))["tasks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if plan is None or len(saved) != len(plan.tasks):
+        return False
+    done = done_task_ids(output)
+    now = json.loads(json.dumps([t.to_dict() for t in plan.tasks]))
+    return all(old == new for old, new in zip(saved, now) if old.get("task_id") in done)
 
 
 def _shown(key: str, value) -> str:
