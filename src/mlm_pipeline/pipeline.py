@@ -81,10 +81,10 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
     ``tasks_done``, ``output``, and ``manifest`` (if this worker wrote it, else None).
     """
     configure_process(config.s3_endpoint_url)  # before any S3 client exists
-    shared = config.claim or config.task_count is not None
-    if shared:  # workers share the output on purpose: leases or the task split keep them apart
-        return _run(config, shared, show_progress)
-    with RunLock(config.output):  # one plain run at a time on a local output
+    shared = bool(config.claim or config.task_count is not None)
+    # one plain run at a time on a local output; workers that share it on purpose (leases or the
+    # task split keep them apart) hold the lock shared, which keeps a plain run out meanwhile
+    with RunLock(config.output, shared=shared):
         return _run(config, shared, show_progress)
 
 

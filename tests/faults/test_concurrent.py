@@ -65,3 +65,49 @@ def test_an_output_that_is_a_file_is_named_as_such(corpus, tmp_path):
     assert proc.returncode == 2
     assert f"the output {target} is a file, not a directory" in proc.stderr
     assert "File exists" not in proc.stderr
+
+
+def _held(proc, out, *, written: bool):
+    """Wait until ``proc`` holds ``out``'s lock (a plain run writes its name into the file), then stop it."""
+    lock = out / "_prepare.lock"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and (out / "_run.json").exists() and (lock.stat().st_size or not written)):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGSTOP)
+    assert proc.poll() is None
+
+
+def test_a_plain_run_and_workers_sharing_the_output_keep_out_of_each_other(corpus, clean_run, tmp_path, tally):
+    """A plain run cleans up an output's unfinished files as its own leftovers: it must not start
+    while claim or array workers write there, nor they while it runs."""
+    clean = clean_run("parquet")
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)]
+    worker = subprocess.Popen([*cli, "--claim"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _held(worker, out, written=False)
+    try:
+        plain = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    assert plain.returncode == 2 and "is in use by another prepare run (array or claim workers)" in plain.stderr
+    _, stderr = worker.communicate(timeout=300)
+    assert worker.returncode == 0, stderr
+    assert_as_clean(out, clean)
+    assert not (out / "_prepare.lock").exists()  # the last sharing worker out removed it
+
+    again = tmp_path / "again"
+    cli = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, again)]
+    first = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _held(first, again, written=True)
+    try:
+        shared = subprocess.run([*cli, "--task-count", "1", "--task-rank", "0"], capture_output=True, text=True,
+                                timeout=120)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert shared.returncode == 2
+    assert f"is in use by a plain prepare run (pid {first.pid} on " in shared.stderr
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert_as_clean(again, clean)
+    tally.record("plain run beside sharing workers")

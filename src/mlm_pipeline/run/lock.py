@@ -3,9 +3,11 @@
 A second plain run on the same directory is refused at once, with a message naming the holder
 (pid, host, start time). The kernel releases the lock when its holder exits, however it exits
 (``kill -9`` too), so a killed run never locks its output for good; the holder deletes the file
-when it finishes. Workers that share an output on purpose (``--claim``, ``--task-count``) take no
-lock: leases and the task split keep them apart. Outputs on object stores are not locked (two
-plain runs there are told apart only by ``--claim``).
+when it finishes. Workers that share an output on purpose (``--claim``, ``--task-count``) take
+the lock shared (leases and the task split keep them apart): a plain run, which would clean up
+their files in progress as its own leftovers, is refused while any of them runs, and they are
+refused while a plain run does. Outputs on object stores are not locked (two plain runs there are
+told apart only by ``--claim``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ __all__ = ["RunLock"]
 
 
 class RunLock:
-    """``with RunLock(output):`` holds the output's lock (a no-op for an object store)."""
+    """``with RunLock(output):`` holds the output's lock (a no-op for an object store);
+    ``shared``: as one of the workers that share the output."""
 
-    def __init__(self, output: str):
+    def __init__(self, output: str, *, shared: bool = False):
         self.output = output
+        self.shared = shared
         self._fd: int | None = None
         self._path: str | None = None
 
@@ -46,14 +50,22 @@ class RunLock:
         while True:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _describe(os.read(fd, 4096))
                 os.close(fd)
+                if self.shared:
+                    raise OutputError(f"{self.output} is in use by a plain prepare run ({holder}), which does not share "
+                                      "its output: wait for it to finish, or stop it") from None
                 raise OutputError(
                     f"{self.output} is in use by another prepare run ({holder}): wait for it to finish, "
                     "stop it, or give another --output"
                 ) from None
+            except OSError:  # a filesystem without flock (some network mounts)
+                os.close(fd)
+                if not self.shared:
+                    raise
+                return self  # shared workers go on unlocked, as leases and the task split keep them apart
             try:  # the holder deletes the file when it finishes: make sure ours is still the file
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -61,24 +73,36 @@ class RunLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+        if not self.shared:  # (the file names the plain run; shared holders leave it as it is, and in place)
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
         self._fd, self._path = fd, path
         return self
 
     def __exit__(self, *exc) -> None:
         if self._fd is None:
             return
-        try:
-            os.unlink(self._path)
-        except FileNotFoundError:
-            pass
+        if self.shared:  # the last shared holder out removes the file: it alone can take the lock whole
+            import fcntl
+
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                last = True
+            except OSError:
+                last = False
+        if not self.shared or last:
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
 
 
 def _describe(data: bytes) -> str:
+    if not data:  # shared holders write nothing
+        return "array or claim workers"
     try:
         holder = json.loads(data)
         return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
