@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mlm_pipeline import fs
 from mlm_pipeline.errors import InspectError
 from mlm_pipeline.run import layout
+
+log = logging.getLogger("mlm_pipeline")
 
 __all__ = ["CHECKS", "ShardProblem", "VerifyResult", "check_shard", "file_sha256", "forget_bad_tasks", "verify_output"]
 
@@ -91,23 +94,32 @@ def _recorded_shards(output: str) -> tuple[list[dict], str]:
                            f"no {layout.RUN_FILE})")
     shards = []
     for url, marker in _markers(output):
-        if marker is None:
-            shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": True})
+        if marker is _NOT_READ:
+            shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": "cannot be read"})
+        elif marker is None:
+            shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": "is damaged"})
         else:
             shards.extend(marker["shards"])
     return shards, f"the task markers in {layout.TASKS_DIR}/ (no {layout.MANIFEST_FILE} yet)"
 
 
+_NOT_READ: dict = {}  # a marker that could not be fetched (a storage error): nothing tells it is bad
+
+
 def _markers(output: str) -> list[tuple[str, dict | None]]:
-    """(URL, content) of every task marker of the output; content None when it cannot be read."""
+    """(URL, content) of every task marker of the output; content None when it is not a marker
+    (damaged), :data:`_NOT_READ` when it could not be read."""
     ids = (layout.task_id_of(p) for p in fs.listdir(layout.tasks_url(output)))
     urls = [layout.marker_url(output, i) for i in sorted(i for i in ids if i is not None)]
     found = []
     for url, data in zip(urls, fs.read_many(urls)):
+        if data is None:
+            found.append((url, _NOT_READ))
+            continue
         try:
-            marker = json.loads(data) if data is not None else None
+            marker = json.loads(data)
             found.append((url, marker if isinstance(marker, dict) and "shards" in marker else None))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             found.append((url, None))
     return found
 
@@ -118,8 +130,11 @@ def forget_bad_tasks(output: str, result: VerifyResult) -> list[str]:
     again redoes exactly those tasks, rewriting the same bytes. Returns the task ids."""
     bad = {p.path for p in result.problems}
     forgotten = []
-    for url, marker in _markers(output):
-        if marker is None or bad & {s["path"] for s in marker["shards"]} or url in bad:
+    for url, marker in _markers(output):  # (read again: what is there now decides)
+        if marker is _NOT_READ:
+            log.warning("%s cannot be read now: kept (run verify --repair again)", url)
+            continue
+        if marker is None or bad & {s["path"] for s in marker["shards"]}:
             fs.remove(url)
             forgotten.append(layout.task_id_of(url))
     if forgotten:
@@ -134,7 +149,7 @@ def verify_output(output: str, *, check: str = "sha256", threads: int = 4) -> Ve
 
     def one(entry: dict) -> tuple[dict, str | None]:
         if entry.get("unreadable_marker"):
-            return entry, "task marker cannot be read"
+            return entry, f"task marker {entry['unreadable_marker']}"
         path = entry["path"]
         url = path if "://" in path or path.startswith("/") else fs.join(output, path)
         return entry, check_shard(url, size=entry.get("bytes"), sha256=entry.get("sha256"), check=check)

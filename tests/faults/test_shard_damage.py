@@ -181,3 +181,27 @@ def test_the_manifest_records_what_verify_checks(clean_run):
     assert _inspect.signature(MLMDataset).parameters["verify"].default == "sha256"
     manifest = clean_run("parquet")
     assert all(len(s["sha256"]) == 64 and s["bytes"] > 0 for s in manifest["shards"])
+
+
+def test_repair_deletes_a_damaged_marker_and_keeps_one_it_cannot_read(corpus, tmp_path, caplog):
+    """A marker that is not JSON is damaged: its task is redone. One that cannot be read at all
+    (a storage error; here its path is a directory) tells nothing of its task: it is named, and
+    kept."""
+    import logging
+
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.verify import forget_bad_tasks, verify_output
+
+    out = tmp_path / "out"
+    run_prepare(run_config(corpus, out))
+    (out / "manifest.json").unlink()
+    damaged, unread, *_ = sorted((out / "_tasks").glob("*.json"))
+    damaged.write_text("{not json")
+    unread.rename(tmp_path / "saved.json")
+    unread.mkdir()
+    result = verify_output(str(out))
+    assert {p.problem for p in result.problems} == {"task marker is damaged", "task marker cannot be read"}
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        assert forget_bad_tasks(str(out), result) == [damaged.stem]
+    assert not damaged.exists() and unread.is_dir()
+    assert f"{unread} cannot be read now: kept" in caplog.text
