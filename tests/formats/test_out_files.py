@@ -33,3 +33,4 @@ def test_every_instance_lands_in_file_n_mod_n(tmp_path, batches):
         features = read_tfrecord_features(str(tmp_path / shard["path"]))
         numbers = features["input_ids"][:, 0].tolist() if features else []
         assert numbers == list(range(i, start, files)), i
+

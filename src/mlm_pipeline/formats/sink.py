@@ -70,12 +70,44 @@ def commit_file(local_tmp: str, dest_url: str) -> None:
 
 
 def tmp_dir_for(output: str) -> str:
+    """Where a task writes its shards before committing them: ``OUTPUT/_tmp/`` for a local output
+    (cleaned at each run's start), else this process's :func:`staging_dir`."""
     if fs.is_local(output):
         _, path = fs.get_fs(output)
         d = layout.tmp_dir(path)
         os.makedirs(d, exist_ok=True)
         return d
-    return tempfile.gettempdir()
+    return staging_dir()
+
+
+_staging: str | None = None
+
+
+def staging_dir() -> str:
+    """This process's directory for shards bound for an object store, under the system temp dir:
+    one per process, so that the files of one killed mid-task (never uploaded, up to a shard each)
+    are removed by the next process that stages here, once their process no longer runs."""
+    global _staging
+    if _staging is None or not _staging.endswith(f"-{os.getpid()}"):  # (a forked worker makes its own)
+        root = os.path.join(tempfile.gettempdir(), f"mlm-pipeline-staging-{getattr(os, 'getuid', lambda: 0)()}")
+        os.makedirs(root, exist_ok=True)
+        for name in os.listdir(root):
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        _staging = os.path.join(root, f"process-{os.getpid()}")
+        os.makedirs(_staging, exist_ok=True)
+    return _staging
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def clean_tmp(output: str) -> None:
