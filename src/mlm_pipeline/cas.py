@@ -107,12 +107,22 @@ class S3Store(ConditionalStore):
         try:
             out = filesystem.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
         except Exception as exc:  # noqa: BLE001 - classified below
-            if _s3_lost(exc) or ("IfMatch" in condition and _s3_missing(exc)):
+            if _s3_lost(exc):
+                return self._ours(url, data)
+            if "IfMatch" in condition and _s3_missing(exc):
                 return None
             raise
         finally:
             filesystem.invalidate_cache(f"{bucket}/{key}")
         return out["ETag"]
+
+    def _ours(self, url: str, data: bytes) -> str | None:
+        """After a failed condition: the object's version if it holds ``data``, else None. The
+        client retries a write whose answer was lost, and the retry fails its condition against
+        that very write; writers' contents differ (a lease names its owner and its expiry), so
+        the same bytes there are ours."""
+        now = self.read(url)
+        return now.version if now is not None and now.data == data else None
 
     def create(self, url: str, data: bytes) -> str | None:
         return self._put(url, data, IfNoneMatch="*")

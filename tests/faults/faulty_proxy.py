@@ -7,7 +7,10 @@ decides per connection, by a fixed cycle, whether to pass it on or to inject one
 * ``500`` / ``503``: an S3 error answer (``InternalError`` / ``SlowDown``) instead of the server's;
 * ``slow``: the request waits ``slow_seconds`` before it is passed on;
 * ``cut-upload``: a request with a body is passed on until half its body went through, then both
-  connections are reset (an upload that fails midway); requests without a body pass.
+  connections are reset (an upload that fails midway); requests without a body pass;
+* ``lose-answer``: a request with a body is passed on whole and the server answers it (the write
+  is done), but the client's connection is reset instead of getting the answer, so the client
+  retries a write that succeeded; requests without a body pass.
 
 ``injected`` counts the faults of each kind that were injected; ``budget`` bounds their total.
 """
@@ -136,6 +139,9 @@ class FaultyProxy:
                     pass
                 client.close()
                 return
+            lose = kind == "lose-answer" and length > 1
+            if lose:
+                self._count(kind)
             if kind == "slow":
                 self._count(kind)
                 time.sleep(self.slow_seconds)
@@ -144,25 +150,42 @@ class FaultyProxy:
                 self._count(kind)
             upstream = socket.create_connection(self.upstream)
             upstream.sendall(_close_after(head))
-            self._pipe(client, upstream, rest, cut)
+            self._pipe(client, upstream, rest, cut, lose)
         except OSError:
             _rst(client)
 
-    def _pipe(self, client: socket.socket, upstream: socket.socket, rest: bytes, cut: int | None) -> None:
-        def back() -> None:  # server -> client
+    def _pipe(self, client: socket.socket, upstream: socket.socket, rest: bytes, cut: int | None,
+              lose: bool = False) -> None:
+        def back() -> None:  # server -> client (with ``lose``: only "100 Continue", then a reset)
+            pending = b""
             try:
                 while True:
                     data = upstream.recv(65536)
                     if not data:
                         break
-                    client.sendall(data)
+                    if not lose:
+                        client.sendall(data)
+                        continue
+                    pending += data
+                    while pending.startswith(b"HTTP/1.1 100") and (end := pending.find(b"\r\n\r\n")) >= 0:
+                        client.sendall(pending[:end + 4])
+                        pending = pending[end + 4:]
+                    if pending and not pending.startswith(b"HTTP/1.1 100") and b"\r\n\r\n" in pending:
+                        break  # the server answered (the write is done): the client never hears of it
             except OSError:
                 pass
             finally:
-                try:
-                    client.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
+                if lose:  # (shutdown first: it wakes the other thread's recv on this socket, so it closes now)
+                    try:
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        client.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                else:
+                    try:
+                        client.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
 
         thread = threading.Thread(target=back, daemon=True)
         thread.start()
