@@ -69,6 +69,14 @@ class ConditionalStore:
     def delete(self, url: str) -> None:
         raise NotImplementedError
 
+    def _ours(self, url: str, data: bytes) -> str | None:
+        """After a failed condition: the object's version if it holds ``data``, else None. A
+        client retries a write whose answer was lost, and the retry fails its condition against
+        that very write; writers' contents differ (a lease names its owner, a fresh nonce and its
+        expiry), so the same bytes there are ours."""
+        now = self.read(url)
+        return now.version if now is not None and now.data == data else None
+
 
 # --------------------------------------------------------------------------------------------
 # S3
@@ -116,13 +124,7 @@ class S3Store(ConditionalStore):
             filesystem.invalidate_cache(f"{bucket}/{key}")
         return out["ETag"]
 
-    def _ours(self, url: str, data: bytes) -> str | None:
-        """After a failed condition: the object's version if it holds ``data``, else None. The
-        client retries a write whose answer was lost, and the retry fails its condition against
-        that very write; writers' contents differ (a lease names its owner and its expiry), so
-        the same bytes there are ours."""
-        now = self.read(url)
-        return now.version if now is not None and now.data == data else None
+
 
     def create(self, url: str, data: bytes) -> str | None:
         return self._put(url, data, IfNoneMatch="*")
@@ -182,7 +184,9 @@ class GCSStore(ConditionalStore):
             out = sync(filesystem.loop, filesystem._call, "POST", location, uploadType="multipart",
                        ifGenerationMatch=generation, data=body, json_out=True,
                        headers={"Content-Type": f'multipart/related; boundary="{boundary}"'})
-        except (FileExistsError, FileNotFoundError):  # gcsfs's translations of HTTP 412 / 404
+        except FileExistsError:  # gcsfs's translation of HTTP 412
+            return self._ours(url, data)
+        except FileNotFoundError:  # ... and of 404 (replacing an object that is gone)
             return None
         finally:
             filesystem.invalidate_cache(f"{bucket}/{key}")
