@@ -58,6 +58,11 @@ class ConditionalStore:
     """Interface; see the module docstring. ``url`` is a full URL or local path."""
 
     def create(self, url: str, data: bytes) -> str | None:
+        """Write ``data`` if nothing is at ``url``: its version, or None if something was.
+
+        A client may retry a write whose answer was lost; the retry then fails its condition
+        against that very write, and None comes back for a write that succeeded. A caller whose
+        contents are its own alone (a lease holds a fresh nonce) can tell with :func:`ours`."""
         raise NotImplementedError
 
     def read(self, url: str) -> Versioned | None:
@@ -68,14 +73,6 @@ class ConditionalStore:
 
     def delete(self, url: str) -> None:
         raise NotImplementedError
-
-    def _ours(self, url: str, data: bytes) -> str | None:
-        """After a failed condition: the object's version if it holds ``data``, else None. A
-        client retries a write whose answer was lost, and the retry fails its condition against
-        that very write; writers' contents differ (a lease names its owner, a fresh nonce and its
-        expiry), so the same bytes there are ours."""
-        now = self.read(url)
-        return now.version if now is not None and now.data == data else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,9 +112,7 @@ class S3Store(ConditionalStore):
         try:
             out = filesystem.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
         except Exception as exc:  # noqa: BLE001 - classified below
-            if _s3_lost(exc):
-                return self._ours(url, data)
-            if "IfMatch" in condition and _s3_missing(exc):
+            if _s3_lost(exc) or ("IfMatch" in condition and _s3_missing(exc)):
                 return None
             raise
         finally:
@@ -184,9 +179,7 @@ class GCSStore(ConditionalStore):
             out = sync(filesystem.loop, filesystem._call, "POST", location, uploadType="multipart",
                        ifGenerationMatch=generation, data=body, json_out=True,
                        headers={"Content-Type": f'multipart/related; boundary="{boundary}"'})
-        except FileExistsError:  # gcsfs's translation of HTTP 412
-            return self._ours(url, data)
-        except FileNotFoundError:  # ... and of 404 (replacing an object that is gone)
+        except (FileExistsError, FileNotFoundError):  # gcsfs's translations of HTTP 412 / 404
             return None
         finally:
             filesystem.invalidate_cache(f"{bucket}/{key}")
@@ -362,6 +355,14 @@ def store_for(url: str) -> ConditionalStore:
     if scheme in ("gs", "gcs"):
         return GCSStore()
     return ProcessLocalStore()
+
+
+def ours(store: ConditionalStore, url: str, data: bytes) -> str | None:
+    """After a conditional write of ``data`` failed: the object's version if it holds ``data``
+    (our own write, whose answer was lost and whose retry failed against it), else None. Only for
+    contents no other writer could write."""
+    now = store.read(url)
+    return now.version if now is not None and now.data == data else None
 
 
 def create_bytes(url: str, data: bytes) -> bool:

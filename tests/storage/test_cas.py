@@ -64,39 +64,3 @@ def test_s3_servers(server, request):
         _races(store, base)
         assert create_bytes(f"{base}/once", b"a") and not create_bytes(f"{base}/once", b"b")
 
-
-class _Through:
-    """An S3 server's settings with another endpoint (a proxy in front of it)."""
-
-    def __init__(self, server, endpoint: str):
-        self.server, self.endpoint = server, endpoint
-
-    def env(self) -> dict:
-        return {**self.server.env(), "AWS_ENDPOINT_URL": self.endpoint}
-
-
-@pytest.mark.s3
-def test_a_conditional_write_whose_answer_was_lost_is_ours(seaweedfs):
-    """The server applies a conditional PUT, its answer is lost and the client retries: the retry
-    fails its condition against our own write. That is our write, not another writer's: it is
-    told apart by its content (a lease's holds its owner), so a lease renewed so is kept, not lost."""
-    from faults.faulty_proxy import FaultyProxy
-    from mlm_pipeline.cas import store_for
-
-    proxy = FaultyProxy(seaweedfs.endpoint, ["lose-answer"], budget=1)
-    try:
-        with s3_env(seaweedfs):
-            base = seaweedfs.new_prefix("cas-lost")
-        with s3_env(_Through(seaweedfs, proxy.endpoint)):
-            store = store_for(base)
-            version = store.create(f"{base}/lease", b"owner a, until 10")
-            assert proxy.injected["lose-answer"] == 1
-            assert version is not None and store.read(f"{base}/lease") == (b"owner a, until 10", version)
-            proxy.budget = 2
-            renewed = store.replace(f"{base}/lease", b"owner a, until 20", version)
-            assert proxy.injected["lose-answer"] == 2
-            assert renewed is not None and store.read(f"{base}/lease") == (b"owner a, until 20", renewed)
-            assert store.create(f"{base}/lease", b"owner b, until 30") is None  # another writer's: refused
-            assert store.replace(f"{base}/lease", b"owner b, until 30", version) is None
-    finally:
-        proxy.close()

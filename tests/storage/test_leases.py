@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mlm_pipeline.executors.leases import LeaseManager
 from mlm_pipeline.run.layout import lease_url
 
@@ -62,3 +64,44 @@ def test_lease_ages_from_the_listing(tmp_path):
     (tmp_path / "_leases" / "00003.json.lock").write_text("")
     ages = lease_ages(str(tmp_path / "_leases"))
     assert list(ages) == ["00003"] and 99 < ages["00003"] < 120
+
+
+class _Through:
+    """An S3 server's settings with another endpoint (a proxy in front of it)."""
+
+    def __init__(self, server, endpoint: str):
+        self.server, self.endpoint = server, endpoint
+
+    def env(self) -> dict:
+        return {**self.server.env(), "AWS_ENDPOINT_URL": self.endpoint}
+
+
+@pytest.mark.s3
+def test_a_lease_write_whose_answer_was_lost_is_ours(seaweedfs):
+    """The server applies a lease's conditional PUT, its answer is lost and the client retries:
+    the retry fails its condition against that very write. The lease is ours (its body, with a
+    fresh nonce, is read back), not taken by another worker: acquired, and renewed, not lost. A
+    store's create stays strict: identical contents (a manifest) may well be another writer's."""
+    from conftest_servers import s3_env
+    from faults.faulty_proxy import FaultyProxy
+    from mlm_pipeline.cas import create_bytes
+
+    proxy = FaultyProxy(seaweedfs.endpoint, ["lose-answer"], budget=1)
+    try:
+        with s3_env(seaweedfs):
+            out = seaweedfs.new_prefix("lease-lost")
+        with s3_env(_Through(seaweedfs, proxy.endpoint)):
+            manager = LeaseManager(out, "a", ttl=30)
+            lease = manager.try_acquire("00001")
+            assert proxy.injected["lose-answer"] == 1
+            assert lease is not None and manager.read("00001")[1] == lease.version
+            proxy.budget = 2
+            assert manager.renew(lease) and not lease.lost
+            assert proxy.injected["lose-answer"] == 2
+            assert manager.read("00001") == (lease.body, lease.version)
+            assert LeaseManager(out, "b", ttl=30).try_acquire("00001") is None  # held: another worker waits
+            proxy.budget = 3
+            assert not create_bytes(f"{out}/manifest.json", b"{}")  # (its write went through: strict)
+            assert proxy.injected["lose-answer"] == 3
+    finally:
+        proxy.close()

@@ -17,6 +17,8 @@ Acquiring T (:meth:`LeaseManager.try_acquire`):
 Why no two live workers run the same task, and why nothing breaks when they do anyway:
 
 * Two workers creating at once: the store lets exactly one create succeed.
+* A write whose answer was lost: the storage client retries it, and the retry fails its condition
+  against that very write. The lease is read back: the same body (a fresh nonce in each) is ours.
 * Two workers taking over the same expired lease: both swap from the version they read; the
   first swap changes the version (every body has a new nonce, so even the ETag, an MD5 of the
   content, changes), so the second swap fails. Delete-then-create would not be safe: a slow
@@ -124,11 +126,13 @@ class LeaseManager:
             version = self.store.create(url, data)
             return Lease(task_id, url, version, json.loads(data)) if version is not None else None
         body, current = found
+        if body == json.loads(data):  # our own create, whose answer was lost (its retry failed against it)
+            return Lease(task_id, url, current, body)
         if not self.expired(body):
             return None
         previous = body.get("owner") if body else None
         data = self._body(task_id, taken_over_from=previous)
-        version = self.store.replace(url, data, current)
+        version = self.store.replace(url, data, current) or cas.ours(self.store, url, data)
         if version is None:
             return None
         log.warning("task %s: took over the expired lease of %s", task_id, previous)
@@ -139,7 +143,7 @@ class LeaseManager:
             return False
         data = self._body(lease.task_id, **({"taken_over_from": lease.body["taken_over_from"]}
                                             if "taken_over_from" in lease.body else {}))
-        version = self.store.replace(lease.url, data, lease.version)
+        version = self.store.replace(lease.url, data, lease.version) or cas.ours(self.store, lease.url, data)
         if version is None:
             lease.lost = True
             return False

@@ -270,14 +270,15 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     repaired = ""
     if existing.get("plan_fingerprint") != record["plan_fingerprint"]:
         changed = _input_changes(config.output, plan)
-        if replace_empty and not problems and _only_unfinished_tasks_differ(config.output, plan):
+        if (replace_empty and not problems and _only_unfinished_tasks_differ(config.output, plan)
+                and not _changed_inputs(config.output, existing, record, plan)):
             repaired = changed or "other pieces"  # (a plain run: no other worker uses this plan)
         elif changed or not problems:  # else the settings listed above explain the other plan
             problems.append("the input files changed since the existing run started"
                             + (f": {changed}" if changed else " (different files or sizes)"))
-    if not problems:
+    if not problems and not repaired:
         problems += _changed_inputs(config.output, existing, record, plan)
-    if repaired and not problems:
+    if repaired:
         log.warning("the input files changed since the run started (%s), but only in tasks not completed yet: "
                     "they read the files as they are now", repaired)
         fs.remove(layout.plan_url(config.output))  # (start_run saves the new plan)
