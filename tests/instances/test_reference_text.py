@@ -58,3 +58,12 @@ def test_vocab_ids_must_be_line_numbers(tmp_path):
     tokenizer = load_tokenizer(str(tmp_path / "vocab.txt"), True)
     with pytest.raises(TokenizerError, match="without duplicate entries"):
         vocab_strings(tokenizer)
+
+
+def test_private_use_characters_make_their_word_unk_like_googles_tokenizer(tok):
+    """Google's text cleaning keeps private-use characters (it drops Cc and Cf only), so a word
+    holding one matches no WordPiece and is [UNK]; HF's drops them. As Google's FullTokenizer
+    (google-research/bert, tokenization.py) gives: ['private', 'use', '[UNK]', 'here', '.']."""
+    out = tokenize_reference_documents([["Private use \ue000 here.", "ab\U000f0001cd and \uf8ff."]], tok)
+    assert tok.convert_ids_to_tokens(out[0][0]) == ["private", "use", "[UNK]", "here", "."]
+    assert tok.convert_ids_to_tokens(out[0][1]) == ["[UNK]", "and", "[UNK]", "."]
