@@ -119,6 +119,20 @@ def test_inspect_and_report(tmp_path, fmt):
     assert shown.count("[CLS]") == 2 and "next_sentence_label" not in shown
 
 
+def test_inspect_reads_electras_numbered_files_on_their_own(tmp_path):
+    """ELECTRA's files (pretrain_data.tfrecord-I-of-N), as its own script names them, copied out
+    of their output: inspect reads them with -t, as any .tfrecord file."""
+    import shutil
+
+    out = tmp_path / "e"
+    cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--objective", "electra", "--num-out-files", "2",
+        "--no-progress")
+    copy = tmp_path / "pretrain_data.tfrecord-1-of-2"
+    shutil.copy(out / "pretrain_tfrecords" / copy.name, copy)
+    shown = cli("inspect", copy, "-t", VOCAB, "-n", "2").stdout
+    assert shown.count("[CLS]") == 2 and "next_sentence_label" not in shown
+
+
 def test_config_file_with_command_line_override(tmp_path):
     yml = tmp_path / "prep.yaml"
     yml.write_text("max-seq-length: 64\nmax_predictions_per_seq: 10\ndupe-factor: 2\nformat: parquet\nsplit-size: 1MiB\n")

@@ -20,6 +20,7 @@ threads) know the formats of ``_BUILT_IN`` and those that modules they import re
 from __future__ import annotations
 
 import importlib
+import re
 
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.formats.base import OutputFormat, ShardLayout, ShardRows, ShardWriter, WholeShardRows
@@ -88,12 +89,13 @@ def get_output_format(name: str) -> OutputFormat:
 
 
 def output_format_for_file(path: str) -> OutputFormat | None:
-    """The format of a shard file given on its own (no manifest at hand), told by its extension.
+    """The format of a shard file given on its own (no manifest at hand), told by its extension
+    (ELECTRA's numbered files too: ``pretrain_data.tfrecord-3-of-1000``).
 
     ``None`` if no known format uses that extension. Prefer the run's recorded format wherever
     there is one.
     """
     for name in output_format_names():
-        if path.endswith(f".{name}"):
+        if re.search(rf"\.{re.escape(name)}(-\d+-of-\d+)?$", path):
             return get_output_format(name)
     return None
