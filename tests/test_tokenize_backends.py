@@ -124,6 +124,10 @@ def test_a_tasks_fallback_holds_for_that_task_only(monkeypatch, tmp_path):
     assert both["part-00001-00000.tfrecord"] == alone["part-00001-00000.tfrecord"]
     assert markers["00000"]["fallback_from"] == "nanotoken" and markers["00000"]["backend"] == "hf"
     assert markers["00001"]["backend"] == "nanotoken"
+    # the plain command over that complete output leaves it as it is (nothing runs, nothing is redone)
+    manifest = (tmp_path / "both" / "manifest.json").read_bytes()
+    again, _ = run(tmp_path / "both")
+    assert again == both and (tmp_path / "both" / "manifest.json").read_bytes() == manifest
 
 
 def test_after_a_fallback_one_backend_encodes_the_whole_run(monkeypatch, tmp_path, caplog):

@@ -114,6 +114,12 @@ def test_a_truncated_gzip_repaired_after_its_task_failed_finishes_the_run(tmp_pa
     with pytest.raises(TaskFailed, match="b.txt.gz"):
         run_prepare(run_config(corpus, tmp_path / "out", **settings))
     (corpus / "b.txt.gz").write_bytes(whole)
+    # stopped between saving the new plan and the new run record: the same command still takes the repair
+    from mlm_pipeline.run.state import start_run
+
+    old_record = (tmp_path / "out" / "_run.json").read_bytes()
+    start_run(run_config(corpus, tmp_path / "out", **settings))
+    (tmp_path / "out" / "_run.json").write_bytes(old_record)
     manifest = run_prepare(run_config(corpus, tmp_path / "out", **settings))
     fresh = run_prepare(run_config(corpus, tmp_path / "fresh", **settings))
     assert shard_table(manifest) == shard_table(fresh)

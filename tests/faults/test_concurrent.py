@@ -111,3 +111,39 @@ def test_a_plain_run_and_workers_sharing_the_output_keep_out_of_each_other(corpu
     assert first.returncode == 0, stderr
     assert_as_clean(again, clean)
     tally.record("plain run beside sharing workers")
+
+
+def test_sharing_workers_never_refuse_each_other_and_clear_a_dead_runs_name(tmp_path):
+    """Workers sharing an output come and go at once without refusing each other (the last one
+    out holds the lock whole for an instant to remove its file), and a plain run killed earlier
+    (its name left in the file) is not named to a later plain run as a holder."""
+    import json
+    import threading
+
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.run.lock import RunLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "_prepare.lock").write_text(json.dumps({"pid": 4711, "host": "gone", "started": "then"}))
+    refused = []
+
+    def churn() -> None:
+        for _ in range(150):
+            try:
+                with RunLock(str(out), shared=True):
+                    pass
+            except OutputError as exc:
+                refused.append(str(exc))
+
+    with RunLock(str(out), shared=True):
+        with pytest.raises(OutputError, match=r"in use by another prepare run \(array or claim workers\)"):
+            with RunLock(str(out)):
+                pass
+    threads = [threading.Thread(target=churn) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert refused == []
+    assert not (out / "_prepare.lock").exists()

@@ -395,6 +395,11 @@ def test_spawned_workers_of_ddp_ranks_read_their_rank_only(parquet_out, tmp_path
     assert [len(r["seen"]) for r in ranks] == [r["len"] for r in ranks]
     assert sum(len(r["seen"]) for r in ranks) == total
     assert not set(ranks[0]["seen"]) & set(ranks[1]["seen"])
+    # copied before any process group exists (a dataset handed to mp.spawn): resolved where it lands
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(MLMDataset(parquet_out, seed=0)))
+    assert copy._rank is None and copy._world_size is None
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -13,6 +13,8 @@ import hashlib
 import io
 import os
 import shutil
+import socket
+import stat
 import tempfile
 
 import numpy as np
@@ -89,8 +91,14 @@ def staging_dir() -> str:
     are removed by the next process that stages here, once their process no longer runs."""
     global _staging
     if _staging is None or not _staging.endswith(f"-{os.getpid()}"):  # (a forked worker makes its own)
-        root = os.path.join(tempfile.gettempdir(), f"mlm-pipeline-staging-{getattr(os, 'getuid', lambda: 0)()}")
-        os.makedirs(root, exist_ok=True)
+        uid = getattr(os, "getuid", lambda: None)()
+        # per user and host (containers sharing a temp dir do not share process ids), private to the user
+        root = os.path.join(tempfile.gettempdir(), f"mlm-pipeline-staging-{uid}-{socket.gethostname()}")
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        info = os.lstat(root)
+        if uid is not None and (info.st_uid != uid or stat.S_IMODE(info.st_mode) & 0o077 or not stat.S_ISDIR(info.st_mode)):
+            _staging = tempfile.mkdtemp(prefix="mlm-pipeline-staging-", suffix=f"-{os.getpid()}")  # not ours: no sharing
+            return _staging
         for name in os.listdir(root):
             pid = name.rsplit("-", 1)[-1]
             if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
@@ -101,6 +109,8 @@ def staging_dir() -> str:
 
 
 def _running(pid: int) -> bool:
+    if os.name == "nt":  # (os.kill there would stop the process): never removed
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -50,7 +50,7 @@ class RunLock:
         while True:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BlockingIOError:
                 holder = _describe(os.read(fd, 4096))
                 os.close(fd)
@@ -73,8 +73,8 @@ class RunLock:
             if same:
                 break
             os.close(fd)
-        if not self.shared:  # (the file names the plain run; shared holders leave it as it is, and in place)
-            os.ftruncate(fd, 0)
+        os.ftruncate(fd, 0)  # (a killed plain run's name goes: shared holders leave the file empty)
+        if not self.shared:
             os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
         self._fd, self._path = fd, path
@@ -98,6 +98,25 @@ class RunLock:
                 pass
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
+
+
+LOCK_TRIES = 10  # 50 ms apart: the last shared holder out holds the lock whole for a moment
+
+
+def _flock(fd: int, mode: int) -> None:
+    """``flock(fd, mode)``, not waiting, tried a few times before ``BlockingIOError``: a sharing
+    worker on its way out takes the lock whole for an instant (to remove the file if it is the
+    last), which is no holder to refuse a run for."""
+    import fcntl
+
+    for attempt in range(LOCK_TRIES):
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == LOCK_TRIES - 1:
+                raise
+            time.sleep(0.05)
 
 
 def _describe(data: bytes) -> str:

@@ -281,7 +281,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     if repaired:
         log.warning("the input files changed since the run started (%s), but only in tasks not completed yet: "
                     "they read the files as they are now", repaired)
-        fs.remove(layout.plan_url(config.output))  # (start_run saves the new plan)
+        # the new plan first: a run stopped between the two finds it, and takes the repair again
+        save_plan(config.output, plan, inputs=config.inputs, replace=True)
         fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
         return
     if problems and replace_empty and _read_nothing(config.output):
@@ -406,15 +407,16 @@ def _input_changes(output: str, plan: Plan | None, shown: int = 5) -> str:
     return "; ".join(parts)
 
 
-def save_plan(output: str, plan: Plan, inputs: list[str] | None = None) -> None:
-    """Write ``_plan.json`` once (the same plan gives the same bytes, so a racing writer is harmless).
+def save_plan(output: str, plan: Plan, inputs: list[str] | None = None, *, replace: bool = False) -> None:
+    """Write ``_plan.json`` once (the same plan gives the same bytes, so a racing writer is harmless);
+    ``replace``: over the one there (a repaired input's new plan).
 
     ``inputs``: the run's inputs as given (a reference mode may read a directory as a whole).
     Compact JSON, one line per task: ``indent`` would send the encoding through Python's slow
     encoder (seconds for the 200,000 tasks of a 10 TB plan) and double the file.
     """
     url = layout.plan_url(output)
-    if fs.exists(url):
+    if not replace and fs.exists(url):
         return
     doc = {"plan_fingerprint": plan.fingerprint(), "files": plan.files, "skipped_files": plan.skipped_files,
            "split_bytes": plan.split_bytes}

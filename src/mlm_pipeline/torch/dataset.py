@@ -184,11 +184,13 @@ class MLMDataset(IterableDataset):
     # -- geometry ------------------------------------------------------------------------
 
     def __getstate__(self) -> dict:
-        """A copy for another process (a DataLoader worker) carries the rank and world size this
-        process resolves: a spawned or forkserver worker has no process group to ask, and would
-        take itself for rank 0 of 1, reading the whole epoch on every rank."""
+        """A copy for another process carries the rank and world size of this process's process
+        group, if it has one: a DataLoader worker started by spawn or forkserver has none to ask,
+        and would take itself for rank 0 of 1, reading the whole epoch on every rank. A copy made
+        before a group exists (``mp.spawn(args=(dataset,))``) resolves them where it lands."""
         state = self.__dict__.copy()
-        state["_rank"], state["_world_size"] = _resolve_rank(self._rank, self._world_size)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            state["_rank"], state["_world_size"] = _resolve_rank(self._rank, self._world_size)
         return state
 
     @property
