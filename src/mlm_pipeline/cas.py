@@ -119,8 +119,6 @@ class S3Store(ConditionalStore):
             filesystem.invalidate_cache(f"{bucket}/{key}")
         return out["ETag"]
 
-
-
     def create(self, url: str, data: bytes) -> str | None:
         return self._put(url, data, IfNoneMatch="*")
 

@@ -248,7 +248,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
                 "run that can be resumed, which would mix with this run's (a glob over its shards would read them); "
                 "use a new --output or remove them")
         try:  # a conditional create: of workers starting together, one writes it, the others compare
-            if cas.create_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode()):
+            if cas.create_bytes(url, _record_bytes(record)):
                 return
             existing = json.loads(fs.read_bytes(url))
         except OSError as exc:
@@ -283,7 +283,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
                     "they read the files as they are now", repaired)
         # the new plan first: a run stopped between the two finds it, and takes the repair again
         save_plan(config.output, plan, inputs=config.inputs, replace=True)
-        fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        fs.atomic_write_bytes(url, _record_bytes(record))
         return
     if problems and replace_empty and _read_nothing(config.output):
         log.warning("replacing the run in %s: it completed no task, or read no document (%s)", config.output,
@@ -293,13 +293,18 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         # its markers, and the shards of its tasks (stopped ones committed some, too)
         for directory in (layout.tasks_url(config.output), *layout.shard_dir_urls(config.output)):
             fs.remove_tree(directory)
-        fs.atomic_write_bytes(url, json.dumps(record, indent=1, sort_keys=True).encode())
+        fs.atomic_write_bytes(url, _record_bytes(record))
         return
     if problems:
         raise OutputError(
             f"{config.output} already holds a run with other settings; use a new --output or remove it.\n  "
             + "\n  ".join(problems)
         )
+
+
+def _record_bytes(record: dict) -> bytes:
+    """``_run.json`` as written (made only when it is: a 10 TB run's record holds 200,000 fingerprints)."""
+    return json.dumps(record, indent=1, sort_keys=True).encode()
 
 
 def _only_unfinished_tasks_differ(output: str, plan: Plan | None) -> bool:
