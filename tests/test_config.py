@@ -43,7 +43,8 @@ def test_googles_flag_names_are_declared_once():
 def test_runtime_settings_stay_out_of_the_fingerprint():
     runtime = {s.name for s in settings_of(PrepareConfig) if s.runtime}
     assert runtime == {"workers", "executor", "ray_address", "progress", "output", "inputs", "s3_endpoint_url",
-                       "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend", "verify_inputs"}
+                       "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend", "verify_inputs",
+                       "stall_seconds"}
     base = build_config(REQUIRED)
     assert build_config({**REQUIRED, "workers": 7, "inputs": ["b.txt"], "claim": True}).output_fingerprint() \
         == base.output_fingerprint()

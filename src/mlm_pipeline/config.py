@@ -175,9 +175,9 @@ class PrepareConfig(BaseModel):
         True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
         google="do_lower_case")
     verify_inputs: bool = setting(
-        False, "input", "On resume, check that the input bytes each completed task read are unchanged by a "
-        "SHA-256 of all of them (reads every input once more when the run starts). Without it: a local file's "
-        "size and 8 sampled 4 KB blocks of each task's range, an s3:// or gs:// object's ETag or generation.",
+        False, "input", "On resume, check the bytes each completed task read by SHA-256 (every input read once "
+        "more at start). Without it: a file's size and 8 sampled 4 KB blocks per task, an object's ETag or "
+        "generation.",
         runtime=True)
     input_format: InputFormat = setting(
         "auto", "input", "text: Google's (a sentence per line, a blank line between documents). wikiextractor, "
@@ -192,9 +192,8 @@ class PrepareConfig(BaseModel):
     on_decode_error: DecodePolicy = setting(
         "replace", "input", "Invalid UTF-8: replace with U+FFFD or skip the document (both counted), or fail.")
     max_line_bytes: Size = setting(
-        "1MiB", "input", "A longer line is never decoded; its document is skipped and counted. At most "
-        "16MiB: a line up to this size is held in memory whole while it is decoded and tokenized, so the "
-        "limit is what keeps a worker's memory bounded.",
+        "1MiB", "input", "A longer line is not decoded; its document is skipped and counted. At most 16MiB: "
+        "such a line is held whole in memory, so this bounds a worker's memory.",
         metavar="SIZE", ge=1024, le=MAX_LINE_BYTES_CEILING)
     wiki_index: str | None = setting(
         None, "input", "Wikipedia dump: its multistream index (default: the one beside the dump, if any).",
@@ -261,6 +260,9 @@ class PrepareConfig(BaseModel):
         None, "execution", "auto (a cluster node), host:6379 or ray://host:10001. "
         "Default: RAY_ADDRESS, else a local Ray.", runtime=True)
     progress: bool = setting(True, "execution", "A progress bar on a terminal, log lines otherwise.", runtime=True)
+    stall_seconds: float = setting(
+        600.0, "execution", "A task silent this long is hung: run again in a new worker (3 tries; "
+        "not on Ray). 0: off.", runtime=True, ge=0)
 
     # scale-out: S3-compatible endpoint, array mode (this worker's share of the tasks) and claim
     # mode (workers take tasks through leases in the output)

@@ -161,10 +161,11 @@ def _process_block(
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
-                   block_stats: _BlockStats, sink: ShardSink) -> dict | None:
+                   block_stats: _BlockStats, sink: ShardSink, report: Callable[[], None]) -> dict | None:
     """Reference mode: the objective's reference reads the task's files whole, with its own
     parsing, algorithm, random stream and (if any) masking. Returns what encoded the text (a
-    reference may tokenize by its own rules, with its own checked encoder)."""
+    reference may tokenize by its own rules, with its own checked encoder). Progress is reported
+    per batch the reference yields (a file, or a flush of ELECTRA's writer)."""
     reference = get_objective(config.objective).reference
     ctx = ReferenceContext(settings=config, tokenizer=tok, read_stats=read_stats)
     for batch, counts in reference.build([piece.url for piece in task.pieces], ctx):
@@ -172,6 +173,7 @@ def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_s
         tokens = counts.pop("tokens", 0)
         block_stats.add(batch, counts, {}, tokens)
         sink.write(batch)
+        report()
     return ctx.tokenizer_backend or None
 
 
@@ -197,23 +199,24 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     sequence_only = get_objective(config.objective).writes_sequence_features_only(config.masking)
     sink = open_sink(config, task.task_id, task_index=task.index, task_count=task.count,
                      max_predictions=0 if sequence_only else config.max_predictions_per_seq)
+    last = {"documents": 0, "bytes": 0, "tokens": 0}
+
+    def report() -> None:
+        """The increments since the last report (also the executor's sign that the task is alive)."""
+        if progress is not None:
+            now = {"documents": read_stats.documents_read, "bytes": read_stats.bytes_read,
+                   "tokens": block_stats.tokens}
+            progress({k: now[k] - last[k] for k in now})
+            last.update(now)
+
     try:
         reference_backend = None  # what a reference mode's own tokenizing used
         if config.reference:
-            reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink)
+            reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink, report)
         else:
             block: list[list[str]] = []
             block_size = 0
             block_index = 0
-            last = {"documents": 0, "bytes": 0, "tokens": 0}
-
-            def report() -> None:
-                if progress is not None:
-                    now = {"documents": read_stats.documents_read, "bytes": read_stats.bytes_read,
-                           "tokens": block_stats.tokens}
-                    progress({k: now[k] - last[k] for k in now})
-                    last.update(now)
-
             for piece in task.pieces:
                 for doc in iter_documents(piece, options, read_stats):
                     block.append(doc)

@@ -13,6 +13,8 @@ decides per connection, by a fixed cycle, whether to pass it on or to inject one
   retries a write that succeeded; requests without a body pass.
 
 ``injected`` counts the faults of each kind that were injected; ``budget`` bounds their total.
+``only``, if given, picks the requests the cycle applies to by their head (request line and
+headers); the others pass untouched and take no turn of the cycle.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Callable
 
 ERRORS = {
     "500": (b"500 Internal Server Error", b"InternalError", b"We encountered an internal error. Please try again."),
@@ -63,12 +66,14 @@ def _close_after(head: bytes) -> bytes:
 
 
 class FaultyProxy:
-    def __init__(self, upstream: str, cycle: list[str], *, budget: int, slow_seconds: float = 1.5):
+    def __init__(self, upstream: str, cycle: list[str], *, budget: int, slow_seconds: float = 1.5,
+                 only: Callable[[bytes], bool] | None = None):
         host, port = upstream.rsplit("//", 1)[-1].rsplit(":", 1)
         self.upstream = (host, int(port))
         self._cycle = itertools.cycle(cycle)
         self.budget = budget
         self.slow_seconds = slow_seconds
+        self.only = only
         self.injected: collections.Counter[str] = collections.Counter()
         self.requests = 0
         self._cut_pending = False
@@ -118,7 +123,7 @@ class FaultyProxy:
                 client.close()
                 return
             length = int(_header(head, b"content-length") or 0)
-            kind = self._decide(has_body=length > 1)
+            kind = self._decide(has_body=length > 1) if self.only is None or self.only(head) else "ok"
             if kind == "reset":
                 self._count(kind)
                 _rst(client)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +194,80 @@ def test_worker_killed(sig, point, long_corpus, long_clean, tmp_path, tally):
     assert_as_clean(out, clean)
     _assert_gone(workers)
     tally.record(f"{name} worker, {point}")
+
+
+def test_hung_workers_are_ended_and_their_tasks_run_again(long_corpus, long_clean, tmp_path, tally):
+    """Both workers stopped (SIGSTOP: what a read that never returns looks like from outside)
+    halfway through: each task silent for ``--stall-seconds`` has its worker killed and runs
+    again in a new one, a worker stopped between tasks is ended with its pool, and the run
+    completes by itself with the clean run's bytes."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(long_corpus, out, **LONG_TASKS), "--stall-seconds", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    _wait_markers(proc, out, long_clean["tasks"] // 2)
+    workers = _workers(proc.pid)
+    assert len(workers) == 2
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    hung = re.findall(r"task (\d+) showed no progress for \d+ s \(--stall-seconds 2\): ending its worker process "
+                      r"(\d+)", stderr)
+    assert hung and {int(pid) for _, pid in hung} <= set(workers), stderr
+    for _, pid in hung:
+        assert re.search(rf"worker process {pid} was ended after 2 s without progress \(--stall-seconds\) while "
+                         r"running task \d+; running it again in a new worker \(2 of 3\)", stderr), stderr
+    assert time.monotonic() - started < 60  # not the pool shutdown's 60 s bound
+    assert_as_clean(out, long_clean)
+    _assert_gone(workers)
+    tally.record("hung workers (SIGSTOP), ended after --stall-seconds")
+
+
+@pytest.mark.parametrize("mid_task", [True, False], ids=["mid-task", "before-its-first-message"])
+def test_a_task_that_keeps_hanging_fails_after_three_tries(mid_task, tmp_path):
+    """Every worker stopped once it runs a task: each task is ended and run again twice, then the
+    run fails naming them, and no process is left. A worker stopped before its first message
+    reached the driver (the driver cannot tell which task it runs) is ended with the whole pool
+    when no worker has said anything for the limit."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for src in SOURCES[:2]:  # two tasks of 16 MB (one task would run in the driver, without a pool)
+        (corpus / src.name).write_bytes(src.read_bytes() * 16)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(corpus, out, split_bytes="16MiB"), "--stall-seconds", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    seen: dict[int, float] = {}
+    stopped: set[int] = set()
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        for pid in _workers(proc.pid):
+            # running its task: it has sent a message (see the test below); mid-task, a moment
+            # later, when the message has surely left the worker
+            if pid not in seen and _threads(pid) >= 3:
+                seen[pid] = time.monotonic()
+            if pid in seen and pid not in stopped and time.monotonic() - seen[pid] >= (0.03 if mid_task else 0):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+        time.sleep(0.02)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert "2 of 2 tasks failed" in stderr, stderr[-3000:]
+    assert "without progress (--stall-seconds)" in stderr, stderr[-3000:]
+    if mid_task:
+        for task_id in ("00000", "00001"):
+            assert stderr.count(f"task {task_id} showed no progress for 1 s (--stall-seconds 1)") == 3, stderr
+            for tries in ("2 of 3", "3 of 3"):
+                assert re.search(rf"ended after 1 s without progress \(--stall-seconds\) while running task {task_id}; "
+                                 rf"running it again in a new worker \({tries}\)", stderr), stderr
+            assert re.search(rf"failed: WorkerDied: worker process \d+ was ended after 1 s without progress "
+                             rf"\(--stall-seconds\) while running task {task_id}; it lost its worker 3 times", stderr)
+    assert not (out / "manifest.json").exists()
+    _assert_gone(list(stopped))
 
 
 @pytest.mark.parametrize("under_a_task, expected", [

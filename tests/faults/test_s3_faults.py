@@ -6,8 +6,10 @@ cannot be reached at all gives one line naming it."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -46,6 +48,35 @@ def test_a_run_through_s3_faults_completes_with_the_clean_bytes(seaweedfs, corpu
     assert result.ok and result.checked == len(clean["shards"])
     tally.record(f"S3 faults ({', '.join(f'{n} {k}' for k, n in sorted(proxy.injected.items()))})",
                  injected=sum(proxy.injected.values()), recovered=sum(proxy.injected.values()))
+
+
+def test_a_hung_upload_in_a_one_worker_run_is_ended_and_its_task_run_again(seaweedfs, corpus, clean_run, tally):
+    """With one worker, tasks run in the ``prepare`` process itself: a shard upload that hangs
+    (the proxy holds the first one for 30 s) is interrupted by the stall alarm after
+    ``--stall-seconds``, the task runs again, and the run completes with the clean bytes."""
+    clean = clean_run("parquet")
+    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30,
+                        only=lambda head: head.startswith(b"PUT ") and b"/shards/" in head.split(b"\r\n", 1)[0])
+    out = seaweedfs.new_prefix("stall")
+    try:
+        env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": proxy.endpoint})
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                              *prepare_args(corpus, out, workers=1), "--stall-seconds", "2"],
+                             capture_output=True, text=True, timeout=400, env=env)
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert proxy.injected == {"slow": 1}
+    assert re.search(r"task \d+ showed no progress for 2 s \(--stall-seconds\); running it again \(2 of 3\)",
+                     run.stderr), run.stderr[-3000:]
+    assert took < 30  # the hung upload did not hold the run up
+    bucket, prefix = out[len("s3://"):].split("/", 1)
+    manifest = json.loads(seaweedfs.client().get_object(Bucket=bucket, Key=f"{prefix}/manifest.json")["Body"].read())
+    assert shard_table(manifest) == shard_table(clean)
+    assert documents_lost(manifest, clean) == 0
+    tally.record("hung S3 upload, one worker (stall alarm)", injected=1, recovered=1)
 
 
 def test_an_unreachable_endpoint_is_one_line_naming_it(corpus, tmp_path, seaweedfs):

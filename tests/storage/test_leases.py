@@ -105,3 +105,40 @@ def test_a_lease_write_whose_answer_was_lost_is_ours(seaweedfs):
             assert proxy.injected["lose-answer"] == 3
     finally:
         proxy.close()
+
+
+def test_the_heartbeat_renews_only_leases_whose_task_shows_progress(tmp_path, caplog):
+    """A task silent for the stall limit keeps its lease no longer: it expires and another worker
+    takes the task over, while a progressing task's lease is renewed past its ttl."""
+    import time
+
+    from mlm_pipeline.executors.leases import Heartbeat
+
+    out = str(tmp_path)
+    owner = LeaseManager(out, "a", ttl=0.6)
+    silent = {"00001": 0.0, "00002": 0.0}
+    with Heartbeat(owner, silent.get, stall_seconds=5.0) as heartbeat:
+        for task_id in silent:
+            heartbeat.add(owner.try_acquire(task_id))
+        silent["00002"] = 7.0  # this task hangs; the other goes on
+        time.sleep(1.5)  # more than two ttls: only renewals keep a lease
+        other = LeaseManager(out, "b", ttl=0.6)
+        assert other.try_acquire("00001") is None  # renewed all along
+        taken = other.try_acquire("00002")
+        assert taken is not None and taken.body["taken_over_from"] == "a"
+    stalls = [r.getMessage() for r in caplog.records if "no longer renewed" in r.getMessage()]
+    assert stalls == ["task 00002: no progress for 7 s (--stall-seconds 5); its lease is no longer renewed, so "
+                      "that another worker can take it over once it expires"]
+
+
+def test_without_a_stall_limit_a_silent_task_keeps_its_lease(tmp_path):
+    import time
+
+    from mlm_pipeline.executors.leases import Heartbeat
+
+    out = str(tmp_path)
+    owner = LeaseManager(out, "a", ttl=0.6)
+    with Heartbeat(owner, lambda task_id: 1e9, stall_seconds=0) as heartbeat:
+        heartbeat.add(owner.try_acquire("00001"))
+        time.sleep(1.5)
+        assert LeaseManager(out, "b", ttl=0.6).try_acquire("00001") is None

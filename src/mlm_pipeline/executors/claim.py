@@ -68,7 +68,7 @@ class ClaimExecutor:
         log.info("claim mode: worker %s, %d tasks, lease %.0fs, up to %d at a time", self.owner, len(by_id),
                  config.lease_seconds, workers)
         pool = TaskPool(config, workers)
-        heartbeat = Heartbeat(manager)
+        heartbeat = Heartbeat(manager, pool.silent_for, config.stall_seconds)
         in_flight: dict[Future, Task] = {}
         failed = True
         try:

@@ -26,7 +26,9 @@ Why no two live workers run the same task, and why nothing breaks when they do a
 * The owner renewing while another worker takes over: both swap from the same version; one wins.
   If the taker wins, the owner's renewal fails and it logs that it lost the lease; its task keeps
   running (stopping it buys nothing). This only happens when the owner could not renew for a
-  whole ``ttl`` (paused, partitioned) and is then harmless, see the last point.
+  whole ``ttl`` (paused, partitioned, or its task silent for ``--stall-seconds``: a lease is
+  renewed only while its task shows progress, :class:`Heartbeat`) and is then harmless, see the
+  last point.
 * A task finishing while another worker acquires: the owner writes the marker *before* deleting
   the lease, and the acquirer checks the marker *after* acquiring (step 4); the stores are
   read-after-write consistent, so it sees the marker and skips. The release deletes without a
@@ -75,6 +77,8 @@ class Lease:
     version: str
     body: dict
     lost: bool = False
+    lost_reported: bool = False
+    stall_reported: bool = False
 
 
 @dataclass
@@ -156,10 +160,18 @@ class LeaseManager:
 
 
 class Heartbeat:
-    """A thread renewing the held leases every ``ttl / 3`` seconds."""
+    """A thread renewing the held leases every ``ttl / 3`` seconds, each only while its task shows
+    progress: ``silent_for(task_id)`` gives the seconds since the task last did, and a task silent
+    for ``stall_seconds`` (0: no limit) keeps its lease no longer. The executor ends such a task
+    itself (:class:`~mlm_pipeline.executors.local.TaskPool`); where it cannot (a read stuck in the
+    kernel, a driver that stopped waiting on its pool), the lease expires and another worker takes
+    the task over, so one hung worker never holds a task, and so the run, for ever."""
 
-    def __init__(self, manager: LeaseManager):
+    def __init__(self, manager: LeaseManager, silent_for: Callable[[str], float] | None = None,
+                 stall_seconds: float = 0.0):
         self.manager = manager
+        self.silent_for = silent_for
+        self.stall_seconds = stall_seconds
         self.leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -187,6 +199,8 @@ class Heartbeat:
             with self._lock:
                 held = list(self.leases.values())
             for lease in held:
+                if self._stalled(lease):
+                    continue
                 try:
                     renewed = self.manager.renew(lease)
                 except Exception as exc:  # noqa: BLE001 - a network blip: retry at the next beat
@@ -194,11 +208,26 @@ class Heartbeat:
                     continue
                 with self._lock:
                     still_held = lease.task_id in self.leases
-                if not renewed and still_held and not getattr(lease, "_reported", False):
-                    lease._reported = True
+                if not renewed and still_held and not lease.lost_reported:
+                    lease.lost_reported = True
                     log.warning("task %s: lost its lease (not renewed in time; another worker took it "
                                 "over); running it to the end anyway: both runs write the same bytes",
                                 lease.task_id)
+
+
+    def _stalled(self, lease: Lease) -> bool:
+        if not self.stall_seconds or self.silent_for is None:
+            return False
+        silent = self.silent_for(lease.task_id)
+        if silent < self.stall_seconds:
+            lease.stall_reported = False
+            return False
+        if not lease.stall_reported:
+            lease.stall_reported = True
+            log.warning("task %s: no progress for %.0f s (--stall-seconds %g); its lease is no longer renewed, "
+                        "so that another worker can take it over once it expires", lease.task_id, silent,
+                        self.stall_seconds)
+        return True
 
 
 def _timestamp(value) -> float | None:

@@ -9,6 +9,11 @@ workers use N cores without oversubscription. Workers stream small progress incr
 parent through a queue. With one worker, tasks run in this process, one at a time (simplest to
 debug and profile).
 
+A task that shows no progress for ``--stall-seconds`` (it reports each block it processes) is
+deemed hung, on a read that never returns or a stopped process: in a pool its worker is killed and
+the task is run again like one whose worker died; in this process a ``SIGALRM`` raises
+:class:`TaskStalled` inside it (on the main thread; elsewhere there is no alarm), and it is run again.
+
 :class:`TaskPool` is the pool itself; the claim executor runs its tasks on one too.
 """
 
@@ -37,8 +42,48 @@ log = logging.getLogger("mlm_pipeline")
 _progress_queue = None  # in a pool worker: where its progress increments go
 
 MAX_WORKER_DEATHS = 3
-"""How often a task may lose its worker (killed by a signal, out of memory, crashed) before the
-run gives up on it; each time it is run again in a new worker."""
+"""How often a task may lose its worker (killed by a signal, out of memory, crashed, ended as hung)
+before the run gives up on it; each time it is run again in a new worker."""
+
+
+class TaskStalled(RuntimeError):
+    """A task running in this process showed no progress for ``--stall-seconds``."""
+
+
+class _StallAlarm:
+    """``SIGALRM`` after ``seconds`` without :meth:`rearm`, raising :class:`TaskStalled` in the task
+    this process runs. Only on the main thread (where Python runs signal handlers), only where the
+    platform has ``setitimer``, and only when nobody else handles ``SIGALRM``; otherwise inert. The
+    signal interrupts a blocking system call too (a socket read), and fsspec's waits for its I/O
+    thread wake up every second, so a hung read ends within about a second of the limit."""
+
+    def __init__(self, seconds: float, task_id: str):
+        self.seconds = seconds
+        self.task_id = task_id
+        self.active = bool(seconds) and hasattr(signal, "setitimer") \
+            and threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+        self._previous = None
+
+    def _fire(self, signum, frame) -> None:
+        if self.active:
+            raise TaskStalled(f"task {self.task_id} showed no progress for {self.seconds:g} s (--stall-seconds)")
+
+    def __enter__(self) -> "_StallAlarm":
+        if self.active:
+            self._previous = signal.signal(signal.SIGALRM, self._fire)
+            self.rearm()
+        return self
+
+    def rearm(self) -> None:
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc) -> None:
+        if self.active:
+            self.active = False  # a signal already on its way raises nothing now
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -97,11 +142,12 @@ def _report(delta: dict) -> None:
 
 
 _STARTED = "_started"  # a worker's message: it runs this task (id, pid), so a death names its task
+_TASK = "_task"  # the task a progress increment comes from (a sign of life for the stall watch)
 
 
 def _run_in_worker(task: Task, config: PrepareConfig) -> dict:
     _report({_STARTED: task.task_id, "pid": os.getpid()})
-    return run_one(task, config, progress=_report)
+    return run_one(task, config, progress=lambda delta: _report({**delta, _TASK: task.task_id}))
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -130,6 +176,10 @@ class TaskPool:
     pool is then started again and the tasks it was running are submitted again, so one lost worker
     costs one task's work, not the run. The task the dead worker ran is charged one death; after
     :data:`MAX_WORKER_DEATHS` it fails with :class:`WorkerDied`, saying which worker died and how.
+
+    The pool also keeps, per running task, when it last showed progress (:meth:`silent_for`); a
+    task silent for ``config.stall_seconds`` has its worker killed (:meth:`_end_stalled`), which
+    then counts as one death.
     """
 
     def __init__(self, config: PrepareConfig, workers: int):
@@ -141,6 +191,10 @@ class TaskPool:
         self._jobs: dict[Future, list] = {}  # ours -> [task, the pool's future, deaths]
         self._running: dict[int, str] = {}  # worker pid -> the task id it last started
         self._fruitless = 0  # pool restarts in a row that charged no task
+        self.stall_seconds = float(config.stall_seconds or 0)
+        self._last_life: dict[str, float] = {}  # running task id -> monotonic time of its last progress
+        self._ended: dict[int, float] = {}  # worker pid -> the seconds of silence it was killed after
+        self._last_message = time.monotonic()  # from any worker (or since tasks were waiting)
         if workers > 1:
             self._start_pool()
         else:
@@ -173,19 +227,51 @@ class TaskPool:
         """How the current pool's workers start (``fork``, ``spawn``); None in this process."""
         return None if self._ctx is None else self._ctx.get_start_method()
 
+    def silent_for(self, task_id: str) -> float:
+        """Seconds since ``task_id`` last showed progress (0 while it waits for a worker or once it
+        is done). In a pool this is what the last :meth:`wait` or :meth:`drain` passed on: a caller
+        that stops waiting sees its tasks fall silent. Safe to call from another thread."""
+        last = self._last_life.get(task_id)
+        return 0.0 if last is None else max(0.0, time.monotonic() - last)
+
     def submit(self, task: Task, on_progress: ProgressFn) -> Future:
         """Start ``task``; in this process it runs to the end before this returns."""
         fut: Future = Future()
         if self._pool is not None:
+            if not self._jobs:  # an idle pool's silence is not a stall
+                self._last_message = time.monotonic()
             self._jobs[fut] = [task, self._submit_to_pool(task), 0]
             return fut
         try:
-            fut.set_result(run_one(task, self.config, progress=on_progress))
+            fut.set_result(self._run_here(task, on_progress))
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - reported through the future
             fut.set_exception(exc)
         return fut
+
+    def _run_here(self, task: Task, on_progress: ProgressFn) -> dict:
+        """``task`` in this process, run again (up to :data:`MAX_WORKER_DEATHS` times in all) when
+        its stall alarm ends it."""
+        tid = task.task_id
+        for attempt in range(1, MAX_WORKER_DEATHS + 1):
+            self._last_life[tid] = time.monotonic()
+            with _StallAlarm(self.stall_seconds, tid) as alarm:
+
+                def progress(delta: dict) -> None:
+                    alarm.rearm()
+                    self._last_life[tid] = time.monotonic()
+                    on_progress(delta)
+
+                try:
+                    return run_one(task, self.config, progress=progress)
+                except TaskStalled as exc:
+                    if attempt == MAX_WORKER_DEATHS:
+                        raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
+                    log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
+                finally:
+                    self._last_life.pop(tid, None)
+        raise AssertionError("unreachable")
 
     def _submit_to_pool(self, task: Task) -> Future:
         """The pool's future of ``task``. A pool a worker broke since the last ``wait`` refuses
@@ -214,6 +300,7 @@ class TaskPool:
             inner = {self._jobs[f][1]: f for f in futures if f in self._jobs}
             done_inner, _ = wait(list(inner), timeout=timeout, return_when=FIRST_COMPLETED)
             self.drain(on_progress)
+            self._end_stalled()
             if any(isinstance(f.exception(), BrokenProcessPool) for f in done_inner):
                 self._restart(on_progress)
             else:
@@ -223,8 +310,46 @@ class TaskPool:
         self.drain(on_progress)
         return done
 
+    def _end_stalled(self) -> None:
+        """Kill the worker of each task silent for ``stall_seconds``: the pool breaks, and
+        :meth:`_restart` runs the task again, charging it one death. A worker that hangs before
+        its first message names its task never shows up here; if no worker at all has said
+        anything for that long while tasks wait, every worker of the pool is killed."""
+        if not self.stall_seconds or not self._jobs:
+            return
+        pending = {task.task_id for task, inner, _ in self._jobs.values() if not inner.done()}
+        now = time.monotonic()
+        for tid, last in list(self._last_life.items()):
+            if tid not in pending:  # done (or a late message of a task already done)
+                self._last_life.pop(tid, None)
+                continue
+            silent = now - last
+            pid = next((p for p, t in self._running.items() if t == tid), None)
+            if silent >= self.stall_seconds and pid is not None and pid not in self._ended:
+                log.warning("task %s showed no progress for %.0f s (--stall-seconds %g): ending its worker process %d",
+                            tid, silent, self.stall_seconds, pid)
+                self._kill(pid, silent)
+        quiet = now - self._last_message
+        if quiet >= self.stall_seconds:
+            alive = [pid for pid, proc in (getattr(self._pool, "_processes", None) or {}).items()
+                     if pid not in self._ended and proc.exitcode is None]
+            if alive:
+                log.warning("no worker showed progress for %.0f s (--stall-seconds %g) while %d task(s) wait: "
+                            "ending worker process(es) %s", quiet, self.stall_seconds, len(pending),
+                            ", ".join(map(str, sorted(alive))))
+            for pid in alive:
+                self._kill(pid, quiet)
+
+    def _kill(self, pid: int, silent: float) -> None:
+        self._ended[pid] = silent
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def _settle(self, fut: Future, inner: Future) -> None:
-        self._jobs.pop(fut)
+        task = self._jobs.pop(fut)[0]
+        self._last_life.pop(task.task_id, None)
         exc = inner.exception()
         if exc is None:
             self._fruitless = 0
@@ -236,16 +361,31 @@ class TaskPool:
         """A worker died and broke the pool: charge its task, start a new pool, resubmit the rest."""
         old = self._pool
         processes = dict(getattr(old, "_processes", None) or {})
-        for proc in processes.values():
-            proc.join(5)
+        forced: set[int] = set()
+        for pid, proc in processes.items():
+            proc.join(2)
             if proc.exitcode is None:  # (the pool ends the others itself; make sure)
                 proc.terminate()
+                proc.join(1)
+            if proc.exitcode is None:  # a stopped process (SIGSTOP) keeps SIGTERM pending
+                forced.add(pid)
+                proc.kill()
                 proc.join(5)
         self.drain(on_progress)
         exits = {pid: proc.exitcode for pid, proc in processes.items()}
         # the pool ends the other workers with SIGTERM once one dies; a worker that ended any other
         # way is the one that died (if it too got SIGTERM, every worker that had a task is charged)
-        culprits = {pid for pid, code in exits.items() if code not in (-signal.SIGTERM, None)} or set(exits)
+        culprits = {pid for pid, code in exits.items()
+                    if code not in (-signal.SIGTERM, None) and pid not in forced} or set(exits)
+        culprits |= set(self._ended) & set(exits)  # killed as hung (its exit code may not be read yet)
+        ended = dict(self._ended)
+        self._ended = {p: s for p, s in self._ended.items() if p not in exits}
+
+        def how_ended(pid: int) -> str:
+            if pid in ended:
+                return f"was ended after {ended[pid]:.0f} s without progress (--stall-seconds)"
+            return describe_exit(exits[pid])
+
         _shut_down(old)
         self._start_pool()
         charged: set[int] = set()
@@ -258,7 +398,7 @@ class TaskPool:
             if pid is not None:
                 charged.add(pid)
                 deaths += 1
-                how = f"worker process {pid} {describe_exit(exits[pid])} while running task {task.task_id}"
+                how = f"worker process {pid} {how_ended(pid)} while running task {task.task_id}"
                 if deaths >= MAX_WORKER_DEATHS:
                     self._jobs.pop(fut)
                     fut.set_exception(WorkerDied(f"{how}; it lost its worker {deaths} times, giving up"))
@@ -266,15 +406,17 @@ class TaskPool:
                 log.warning("%s; running it again in a new worker (%d of %d)", how, deaths + 1, MAX_WORKER_DEATHS)
             self._jobs[fut] = [task, self._submit_to_pool(task), deaths]
         for pid in sorted(culprits - charged):
-            log.warning("worker process %d %s between tasks; its pool was started again", pid,
-                        describe_exit(exits[pid]))
+            when = "before it said which task it ran" if pid in ended else "between tasks"
+            log.warning("worker process %d %s %s; its pool was started again", pid, how_ended(pid), when)
         self._running = {p: t for p, t in self._running.items() if p not in exits}
+        self._last_life.clear()  # the old pool's tasks start again, each with a new sign of life
+        self._last_message = time.monotonic()
         # workers that die before they run anything (at start-up) charge no task: bound those too
         self._fruitless = 0 if charged else self._fruitless + 1
         if self._fruitless >= MAX_WORKER_DEATHS:
             pid = min(culprits)
             reason = WorkerDied(f"worker processes keep dying before they finish a task (the last: process {pid} "
-                                f"{describe_exit(exits[pid])}); the pool was started {self._fruitless} times, giving up")
+                                f"{how_ended(pid)}); the pool was started {self._fruitless} times, giving up")
             for fut, (_, inner, _) in list(self._jobs.items()):
                 self._jobs.pop(fut)
                 inner.cancel()
@@ -286,9 +428,14 @@ class TaskPool:
                 delta = self._queue.get_nowait()
             except queue_mod.Empty:
                 return
+            self._last_message = time.monotonic()
             if _STARTED in delta:
                 self._running[delta["pid"]] = delta[_STARTED]
+                self._last_life[delta[_STARTED]] = time.monotonic()
             else:
+                task_id = delta.pop(_TASK, None)
+                if task_id is not None:
+                    self._last_life[task_id] = time.monotonic()
                 on_progress(delta)
 
     def close(self, *, cancel: bool) -> None:
