@@ -196,6 +196,40 @@ def test_state_for_other_settings_is_refused(parquet_out):
         loader(parquet_out).load_state_dict({"epoch": 0})
 
 
+def test_state_of_an_output_prepared_again_into_the_same_files_is_refused(tmp_path):
+    """Two real runs with other seeds write files of the same names and counts, whose contents
+    differ: a position saved on one does not apply to the other. A state saved by an earlier
+    loader (paths and counts only) still resumes on its own data."""
+    from loader.loader_helpers import VOCAB, WIKITEXT
+
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+
+    outs = []
+    for seed in (1, 2):
+        out = tmp_path / f"seed{seed}"
+        run_prepare(PrepareConfig(inputs=[str(WIKITEXT)], output=str(out), tokenizer=str(VOCAB), format="parquet",
+                                  workers=1, progress=False, split_bytes=200_000, max_instances_per_shard=333,
+                                  objective="tokens", masking="static", random_seed=seed))
+        outs.append(str(out))
+    a, b = (load_prepared(o) for o in outs)
+    assert [(s.url.rsplit("/", 1)[-1], s.instances) for s in a.shards] == \
+        [(s.url.rsplit("/", 1)[-1], s.instances) for s in b.shards]
+    assert all(x.sha256 != y.sha256 for x, y in zip(a.shards, b.shards))
+    dl = loader(outs[0])
+    run(dl, 3)
+    state = dl.state_dict()
+    with pytest.raises(ValueError, match="cannot resume: the state belongs to other data"):
+        loader(outs[1]).load_state_dict(state)
+    again = loader(outs[0])
+    again.load_state_dict(state)
+    earlier = json.loads(json.dumps(state))
+    earlier["fingerprint"] = a.fingerprint_without_contents()
+    older = loader(outs[0])
+    older.load_state_dict(earlier)
+    assert indices(run(older)) == indices(run(again))
+
+
 def test_bad_arguments_are_value_errors(parquet_out, tmp_path):
     for kwargs in (dict(seed=-1), dict(shuffle_buffer=0), dict(rank=2, world_size=2), dict(world_size=0)):
         with pytest.raises(ValueError):

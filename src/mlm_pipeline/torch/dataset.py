@@ -318,10 +318,13 @@ class MLMDataset(IterableDataset):
             raise ValueError(f"batches must be >= 0, got {batches}")
         return (max(1, int(num_workers)), int(batch_size), int(batches))
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, *, contents: bool = True) -> str:
+        def one(p: PreparedOutput) -> str:
+            return p.fingerprint() if contents else p.fingerprint_without_contents()
+
         if len(self.sources) == 1:
-            return self.prepared.fingerprint()
-        return hashlib.sha256(json.dumps([p.fingerprint() for p in self.sources]).encode()).hexdigest()
+            return one(self.prepared)
+        return hashlib.sha256(json.dumps([one(p) for p in self.sources]).encode()).hexdigest()
 
     def _settings(self) -> dict:
         return {
@@ -365,7 +368,10 @@ class MLMDataset(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a :meth:`state_dict` (of this rank or, in DDP, of any rank)."""
-        epoch, segments = read_state(state, self._settings())
+        settings = self._settings()
+        if isinstance(state, dict) and state.get("fingerprint") == self._fingerprint(contents=False):
+            settings["fingerprint"] = state["fingerprint"]  # saved by an earlier loader: paths and counts only
+        epoch, segments = read_state(state, settings)
         self.set_epoch(epoch)
         self._segments = segments
 

@@ -87,7 +87,16 @@ class PreparedOutput:
         return self.config.get("max_seq_length")
 
     def fingerprint(self) -> str:
-        """sha256 of the shard list (paths and counts): a state only applies to the same shards."""
+        """sha256 of the shard list (paths, counts and each shard's SHA-256 where the manifest has
+        it): a state only applies to the same shards, not to an output prepared again with other
+        settings into files of the same names and sizes."""
+        blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances, *([s.sha256] if s.sha256 else [])]
+                           for s in self.shards]).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def fingerprint_without_contents(self) -> str:
+        """The fingerprint of paths and counts only, as states saved by earlier versions of the
+        loader carry it (:meth:`~mlm_pipeline.torch.MLMDataset.load_state_dict` accepts it)."""
         blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances] for s in self.shards]).encode()
         return hashlib.sha256(blob).hexdigest()
 
