@@ -84,12 +84,62 @@ def test_verify_inputs_finds_a_byte_changed_between_sampled_blocks(own_corpus, t
         run_prepare(checked, show_progress=False)
 
 
+@pytest.mark.parametrize("verify_inputs", [False, True], ids=["sampled", "sha256"])
+def test_an_edit_past_a_completed_range_in_its_last_document_is_refused(verify_inputs, own_corpus, tmp_path):
+    """A range's reader goes past its end to finish its last document: those bytes are its input
+    too. The first WikiExtractor range of the corpus ends 36 KB into a document; an edit there,
+    in the block the sampled check reads last (and, with --verify-inputs, anywhere in it), is
+    refused. The range's own bytes are untouched."""
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.executors.base import run_one
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.read import get_input_format
+    from mlm_pipeline.read.base import ReadOptions
+    from mlm_pipeline.run.state import start_run
+
+    config = run_config(own_corpus, tmp_path / "out", verify_inputs=verify_inputs)
+    start = start_run(config)
+    task = next(t for t in start.plan.tasks if "wikiextractor-AA" in t.pieces[0].url and t.pieces[0].start == 0)
+    run_one(task, config)
+    piece = task.pieces[0]
+    path, _, _ = _piece(task)
+    text = path.read_bytes()
+    next_doc = text.index(b"\n<doc ", piece.end) + 1
+    stop = text.index(b"\n", next_doc) + 1  # where the range's reader stops: past the next <doc line
+    assert stop - piece.end > 30_000  # the document the range finishes
+    assert get_input_format(piece.fmt).read_extent(piece, ReadOptions.from_config(config)) == (0, stop)
+    _flip(path, stop - 300 if not verify_inputs else piece.end + 20_000)
+    with pytest.raises(OutputError, match=f"input bytes of completed tasks changed .*task {task.task_id}"):
+        run_prepare(config, show_progress=False)
+
+
 def test_an_unchanged_input_resumes(own_corpus, tmp_path, clean_run):
     from faults.helpers import assert_as_clean
     from mlm_pipeline.pipeline import run_prepare
 
     out = tmp_path / "out"
     config, _ = _first_run_one_task(own_corpus, out, verify_inputs=True)
+    run_prepare(config, show_progress=False)
+    assert_as_clean(out, clean_run("parquet"))
+
+
+def test_a_run_that_recorded_range_fingerprints_resumes(own_corpus, tmp_path, clean_run):
+    """A run started by an earlier version recorded fingerprints of the nominal ranges only (no
+    ``input_extent``): its resume compares those, and finishes the run."""
+    import json
+
+    from faults.helpers import assert_as_clean
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.run.state import input_fingerprints
+
+    out = tmp_path / "out"
+    config, start = _first_run_one_task(own_corpus, out)
+    record = json.loads((out / "_run.json").read_text())
+    assert record.pop("input_extent") == "read"
+    ranges_only = input_fingerprints(start.plan)
+    assert ranges_only != record["input_fingerprints"]
+    record["input_fingerprints"] = ranges_only
+    (out / "_run.json").write_text(json.dumps(record))
     run_prepare(config, show_progress=False)
     assert_as_clean(out, clean_run("parquet"))
 

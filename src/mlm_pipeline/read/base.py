@@ -177,6 +177,13 @@ class InputFormat(ABC):
         end = file_size if piece.end is None else piece.end
         return max(0, end - piece.start)
 
+    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
+        """The bytes ``[start, end)`` of its file that reading ``piece`` depends on (``end=None``:
+        to the end of the file), which a resumed run checks for changes. Default: its byte range.
+        A line-based format reads past its range to finish its last document
+        (:func:`~mlm_pipeline.read.ranges.line_read_extent`)."""
+        return piece.start, piece.end
+
     @abstractmethod
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         """The documents ``piece`` owns, in file order, each a non-empty list of non-empty

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, every_line
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, every_line, line_read_extent
 from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.stats import ReadStats
@@ -56,6 +56,9 @@ class JsonLinesFormat(InputFormat):
 
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
+
+    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, every_line)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_jsonl(piece, options, stats)

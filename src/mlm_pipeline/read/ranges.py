@@ -382,6 +382,24 @@ class OwnedLines:
         self._stream.close()
 
 
+def line_read_extent(piece: Piece, max_line_bytes: int,
+                     is_boundary: Callable[[bytes, bool], bool]) -> tuple[int, int | None]:
+    """The bytes the reader of a byte-range ``piece`` of a line-based file depends on: from the
+    byte before its start (which says whether the start is a line start) to the end of the first
+    boundary line starting at or past its end, where it stops; ``None`` if none does (the file's
+    end). Reads the file from the piece's end to that line (a document's length, usually KBs)."""
+    start = max(0, piece.start - 1)
+    if piece.end is None:
+        return start, None
+    tail = Piece(piece.url, piece.fmt, piece.end, None, piece.compression)
+    with open_piece(tail) as stream:
+        lines = piece_lines(stream, tail, max_line_bytes)
+        for _, line, too_long in lines:
+            if is_boundary(line, too_long):
+                return start, lines.pos
+    return start, None
+
+
 def every_line(line: bytes, too_long: bool) -> bool:
     """The boundary of record-per-line formats: every line starts a record."""
     return True

@@ -17,7 +17,7 @@ from operator import not_
 from typing import Iterable, Iterator
 
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank, line_read_extent
 from mlm_pipeline.read.sentences import split_sentences
 from mlm_pipeline.stats import ReadStats
 
@@ -31,6 +31,9 @@ class TextFormat(InputFormat):
 
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
+
+    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, is_blank)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_text(piece, options, stats)

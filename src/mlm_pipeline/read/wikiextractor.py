@@ -15,7 +15,7 @@ import re
 from typing import Iterator
 
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
-from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, is_blank
+from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, is_blank, line_read_extent
 from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
 from mlm_pipeline.read.text import DocumentBuffer, decode_document
@@ -33,6 +33,9 @@ class WikiExtractorFormat(InputFormat):
 
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
+
+    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, _doc_boundary)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_wikiextractor(piece, options, stats)

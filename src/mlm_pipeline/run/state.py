@@ -27,7 +27,7 @@ from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, s
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
-from mlm_pipeline.read.base import Piece
+from mlm_pipeline.read.base import Piece, ReadOptions
 from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer
@@ -180,15 +180,31 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     return RunStart(plan=plan, record=record, done=done)
 
 
-def input_fingerprints(plan: Plan, *, full: bool = False) -> dict[str, str]:
+INPUT_EXTENT = "read"
+"""What a task's input fingerprint covers, recorded in ``_run.json``: ``read``, the bytes its reader
+depends on (:meth:`~mlm_pipeline.read.base.InputFormat.read_extent`: a line-based range and the
+rest of its last document past its end); records without the key covered the range only."""
+
+
+def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions | None = None) -> dict[str, str]:
     """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
-    of each of its pieces: the byte range of a byte-range piece, else the whole file, side files
+    of each of its pieces: what a byte-range piece's reader depends on, its ``read_extent`` under
+    ``options``, or its nominal range without ``options``; else the whole file, side files
     included); 32 files at a time on an object store."""
+    extents: dict[Piece, tuple[int, int | None]] = {}
+
+    def extent(p: Piece) -> tuple[int, int | None]:
+        if options is None or not (full or fs.is_local(p.url)):  # (an object's ETag covers it whole)
+            return p.start, p.end
+        if p not in extents:
+            extents[p] = get_input_format(p.fmt).read_extent(p, options)
+        return extents[p]
+
     def ranges(task: Task) -> list[tuple[str, int, int | None]]:
         out = []
         for p in task.pieces:
             if p.compression is None and get_input_format(p.fmt).unit == "bytes":
-                out.append((p.url, p.start, p.end))
+                out.append((p.url, *extent(p)))
             else:
                 out.append((p.url, 0, None))
             out += [(u, 0, None) for u in (p.extra or {}).get("side_files", [])]
@@ -205,6 +221,7 @@ def input_fingerprints(plan: Plan, *, full: bool = False) -> dict[str, str]:
 
 def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
     """The content of ``_run.json``: what must match for a run to be resumed."""
+    options = ReadOptions.from_config(config)
     record = {
         "version": __version__,
         "algorithm": ALGORITHM,
@@ -213,11 +230,12 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "tokenizer_fingerprint": tokenizer_fp,
         "plan_fingerprint": plan.fingerprint(),
         "tasks": len(plan.tasks),
-        "input_fingerprints": input_fingerprints(plan),
+        "input_extent": INPUT_EXTENT,
+        "input_fingerprints": input_fingerprints(plan, options=options),
         "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
     if config.verify_inputs:
-        record["input_sha256"] = input_fingerprints(plan, full=True)
+        record["input_sha256"] = input_fingerprints(plan, full=True, options=options)
     return record
 
 
@@ -371,6 +389,8 @@ def _changed_inputs(output: str, existing: dict, record: dict, plan: Plan | None
         old, new = existing.get(key), record.get(key)
         if old is None or new is None:
             continue
+        if existing.get("input_extent") != record.get("input_extent") and plan is not None:
+            new = input_fingerprints(plan, full=key == "input_sha256")  # a record of ranges only: compare those
         changed = sorted(t for t in done if t in old and old.get(t) != new.get(t))
         if changed:
             shown = "; ".join(f"task {t} ({describe.get(t, '?')})" for t in changed[:5])
