@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank, line_read_extent
-from mlm_pipeline.read.sentences import split_sentences
+from mlm_pipeline.read.sentences import paragraphs_of, split_sentences
 from mlm_pipeline.stats import ReadStats
 
 
@@ -101,6 +101,22 @@ def decode_document(
         stats.skip("invalid_utf8")
         return None
     return text, replaced
+
+
+def document_paragraphs(
+    taken: tuple[list[bytes], int, bool], *, piece: Piece, options: ReadOptions, stats: ReadStats, bom: int
+) -> tuple[list[str], bool] | None:
+    """The paragraphs of a document of a paragraph format (WikiExtractor, WikiText), as
+    :meth:`DocumentBuffer.take` gave it, and whether bytes were replaced; None for a document
+    without lines or one skipped while decoding (:func:`decode_document` counts why)."""
+    lines, start, too_long = taken
+    if not lines:
+        return None
+    decoded = decode_document(lines, start, too_long, piece=piece, options=options, stats=stats, bom=bom)
+    if decoded is None:
+        return None
+    text, replaced = decoded
+    return paragraphs_of(text), replaced
 
 
 def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:

@@ -17,8 +17,8 @@ from typing import Iterator
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, is_blank, line_read_extent
 from mlm_pipeline.read.sample import InputSample
-from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
-from mlm_pipeline.read.text import DocumentBuffer, decode_document
+from mlm_pipeline.read.sentences import segment_documents
+from mlm_pipeline.read.text import DocumentBuffer, document_paragraphs
 from mlm_pipeline.stats import ReadStats
 
 
@@ -105,17 +105,13 @@ def _paragraph_docs(
 def _emit(
     taken, title, first_part, piece, options, stats, owned
 ) -> Iterator[tuple[list[str], bool]]:
-    raw_lines, start, too_long = taken
-    if not raw_lines:
+    if not taken[0]:
         stats.skip("empty")
         return
-    decoded = decode_document(
-        raw_lines, start, too_long, piece=piece, options=options, stats=stats, bom=owned.bom
-    )
-    if decoded is None:
+    found = document_paragraphs(taken, piece=piece, options=options, stats=stats, bom=owned.bom)
+    if found is None:
         return
-    text, replaced = decoded
-    paragraphs = paragraphs_of(text)
+    paragraphs, replaced = found
     if first_part and paragraphs and title is not None:
         if paragraphs[0] == title or paragraphs[0] == html.unescape(title):
             del paragraphs[0]

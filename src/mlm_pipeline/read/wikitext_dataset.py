@@ -21,8 +21,8 @@ from typing import Iterator
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, is_blank, line_read_extent
 from mlm_pipeline.read.sample import InputSample
-from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
-from mlm_pipeline.read.text import DocumentBuffer, decode_document
+from mlm_pipeline.read.sentences import segment_documents
+from mlm_pipeline.read.text import DocumentBuffer, document_paragraphs
 from mlm_pipeline.stats import ReadStats
 
 _NAME = re.compile(r"^wiki\.(train|valid|test)\.(tokens|raw)$")
@@ -81,15 +81,10 @@ def _paragraph_docs(piece: Piece, options: ReadOptions, stats: ReadStats) -> Ite
 
 
 def _emit(taken, piece: Piece, options: ReadOptions, stats: ReadStats, owned: OwnedLines):
-    raw_lines, start, too_long = taken
-    if not raw_lines:
+    found = document_paragraphs(taken, piece=piece, options=options, stats=stats, bom=owned.bom)
+    if found is None:
         return
-    decoded = decode_document(raw_lines, start, too_long, piece=piece, options=options, stats=stats, bom=owned.bom)
-    if decoded is None:
-        return
-    text, replaced = decoded
-    paragraphs = paragraphs_of(text)
-    if paragraphs:
-        yield paragraphs, replaced
+    if found[0]:
+        yield found
     else:
         stats.skip("empty")
