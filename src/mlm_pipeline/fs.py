@@ -248,11 +248,14 @@ _LISTED: dict[str, dict] = {}
 _VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "crc32c")
 
 
-def content_fingerprint(url: str, *, start: int = 0, end: int | None = None, full: bool = False) -> str:
-    """What tells whether bytes ``[start, end)`` of a file changed, cheaply: for a local file the
-    file's size and a SHA-256 of 8 blocks of 4 KB spread over the range (its first and last
-    included); for an object its ETag (S3) or generation (GCS), which change with every write of
-    the object; ``full``: a SHA-256 of every byte of the range.
+def content_fingerprint(url: str, *, start: int = 0, end: int | None = None, full: bool = False,
+                        file_size: bool = False) -> str:
+    """What tells whether bytes ``[start, end)`` of a file changed, cheaply: for a local file where
+    the range ends (the file's size for a range to its end, or with ``file_size``, as runs recorded
+    before) and a SHA-256 of 8 blocks of 4 KB spread over the range (its first and last included);
+    so a file that grows or is made whole past a bounded range leaves that range's fingerprint as
+    it was. For an object its ETag (S3) or generation (GCS), which change with every write of the
+    object; ``full``: a SHA-256 of every byte of the range.
     """
     filesystem, path = get_fs(url)
     if full:
@@ -271,7 +274,7 @@ def content_fingerprint(url: str, *, start: int = 0, end: int | None = None, ful
     if is_local(url):
         size = os.path.getsize(path)
         stop = size if end is None else min(end, size)
-        digest = hashlib.sha256(f"{size}".encode())
+        digest = hashlib.sha256(f"{size if file_size else stop}".encode())
         span = max(0, stop - start - SAMPLED_BLOCK_BYTES)
         offsets = sorted({start + span * i // (SAMPLED_BLOCKS - 1) for i in range(SAMPLED_BLOCKS)})
         with open(path, "rb") as f:

@@ -183,14 +183,15 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
 INPUT_EXTENT = "read"
 """What a task's input fingerprint covers, recorded in ``_run.json``: ``read``, the bytes its reader
 depends on (:meth:`~mlm_pipeline.read.base.InputFormat.read_extent`: a line-based range and the
-rest of its last document past its end); records without the key covered the range only."""
+rest of its last document past its end), sampled with where the range ends; records without the
+key covered the range only, sampled with the file's size."""
 
 
 def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions | None = None) -> dict[str, str]:
     """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
     of each of its pieces: what a byte-range piece's reader depends on, its ``read_extent`` under
-    ``options``, or its nominal range without ``options``; else the whole file, side files
-    included); 32 files at a time on an object store."""
+    ``options``, or without ``options`` its nominal range and the file's size, as earlier versions
+    recorded; else the whole file, side files included); 32 files at a time on an object store."""
     extents: dict[Piece, tuple[int, int | None]] = {}
 
     def extent(p: Piece) -> tuple[int, int | None]:
@@ -213,7 +214,8 @@ def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions |
     wanted = sorted({r for t in plan.tasks for r in ranges(t)}, key=lambda r: (r[0], r[1], r[2] or -1))
     threads = 1 if all(fs.is_local(u) for u, _, _ in wanted) else 32
     with ThreadPoolExecutor(threads) as pool:
-        fps = dict(zip(wanted, pool.map(lambda r: fs.content_fingerprint(r[0], start=r[1], end=r[2], full=full),
+        fps = dict(zip(wanted, pool.map(lambda r: fs.content_fingerprint(r[0], start=r[1], end=r[2], full=full,
+                                                                         file_size=options is None),
                                         wanted)))
     return {t.task_id: hashlib.sha256("\n".join(fps[r] for r in ranges(t)).encode()).hexdigest()
             for t in plan.tasks}
