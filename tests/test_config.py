@@ -82,6 +82,9 @@ def test_validation_errors_name_the_flag():
         build_config({**REQUIRED, "split_bytes": "lots"})
     with pytest.raises(ConfigError, match="max-seq-length: Input should be less than or equal to 8192"):
         build_config({**REQUIRED, "max_seq_length": 10_000})
+    for endless in ("inf", "nan", 1e10):  # (an alarm timer cannot be set that far)
+        with pytest.raises(ConfigError, match="stall-seconds: "):
+            build_config({**REQUIRED, "stall_seconds": endless})
 
 
 def test_toml_falls_back_to_tomli_without_tomllib(tmp_path, monkeypatch):

@@ -226,6 +226,49 @@ def test_hung_workers_are_ended_and_their_tasks_run_again(long_corpus, long_clea
     tally.record("hung workers (SIGSTOP), ended after --stall-seconds")
 
 
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_a_hung_last_task_ends_only_its_own_worker(tmp_path):
+    """With one task left (a long one), its worker stopped: that worker is ended and the task
+    runs again; the idle worker is not taken for a hung one (it just goes with its pool)."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for src in SOURCES[:2]:
+        (corpus / src.name).write_bytes(src.read_bytes())
+    with gzip.open(corpus / "zz-long.txt.gz", "wb", compresslevel=1) as f:  # read whole: seconds
+        f.write(SOURCES[0].read_bytes() * 24)
+    clean = run_prepare(run_config(corpus, tmp_path / "clean", workers=2, **LONG_TASKS), show_progress=False)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                             *prepare_args(corpus, out, **LONG_TASKS), "--stall-seconds", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    _wait_markers(proc, out, clean["tasks"] - 1)
+    workers = _workers(proc.pid)
+    for _ in range(5):  # the one running the last task (the other may still be handing in its own)
+        before = {pid: _cpu_ticks(pid) for pid in workers}
+        time.sleep(0.2)
+        busy = [pid for pid in workers if _cpu_ticks(pid) > before[pid]]
+        if len(busy) == 1:
+            break
+    assert len(busy) == 1, (workers, before)
+    os.kill(busy[0], signal.SIGSTOP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert stderr.count("showed no progress") == 1 and f"ending its worker process {busy[0]}" in stderr, stderr
+    assert "no worker showed progress" not in stderr and "before it said which task it ran" not in stderr, stderr
+    assert re.search(rf"worker process {busy[0]} was ended after 2 s without progress \(--stall-seconds\) while "
+                     r"running task \d+; running it again in a new worker \(2 of 3\)", stderr), stderr
+    assert_as_clean(out, clean)
+    _assert_gone(workers)
+
+
 @pytest.mark.parametrize("mid_task", [True, False], ids=["mid-task", "before-its-first-message"])
 def test_a_task_that_keeps_hanging_fails_after_three_tries(mid_task, tmp_path):
     """Every worker stopped once it runs a task: each task is ended and run again twice, then the

@@ -79,6 +79,47 @@ def test_a_hung_upload_in_a_one_worker_run_is_ended_and_its_task_run_again(seawe
     tally.record("hung S3 upload, one worker (stall alarm)", injected=1, recovered=1)
 
 
+def test_a_hung_read_of_a_compressed_input_is_a_stall_not_a_corrupt_file(seaweedfs, tmp_path):
+    """The stall alarm goes off while the decompressor waits for the object's bytes (the proxy
+    holds the task's read of a .gz for 30 s): the task runs again, it is not failed as a corrupt
+    or truncated file, and the output is a local run's of the same file."""
+    import gzip
+
+    from faults.helpers import SOURCES
+    from mlm_pipeline.pipeline import run_prepare
+
+    from faults.helpers import run_config
+
+    data = gzip.compress(SOURCES[0].read_bytes() * 3)
+    local = tmp_path / "in" / "corpus.txt.gz"
+    local.parent.mkdir()
+    local.write_bytes(data)
+    clean = run_prepare(run_config(local, tmp_path / "clean"), show_progress=False)
+    key = seaweedfs.new_prefix("gz-in").split("/", 3)[3] + "/corpus.txt.gz"
+    seaweedfs.client().put_object(Bucket=seaweedfs.bucket, Key=key, Body=data)
+
+    def the_tasks_read(head: bytes) -> bool:  # not the planner's: it reads a head of 8 KiB
+        found = re.search(rb"^GET \S*corpus\.txt\.gz .*\r\nrange: bytes=0-(\d+)", head, re.I | re.S)
+        return found is not None and int(found.group(1)) > 100_000
+
+    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30, only=the_tasks_read)
+    out = tmp_path / "out"
+    try:
+        env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": proxy.endpoint})
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
+                              *prepare_args(f"s3://{seaweedfs.bucket}/{key}", out, workers=1), "--stall-seconds", "2"],
+                             capture_output=True, text=True, timeout=400, env=env)
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert proxy.injected == {"slow": 1}
+    assert "task 00000 showed no progress for 2 s (--stall-seconds); running it again (2 of 3)" in run.stderr
+    assert "corrupt" not in run.stderr and took < 30
+    assert shard_table(json.loads((out / "manifest.json").read_text())) == shard_table(clean)
+
+
 def test_an_unreachable_endpoint_is_one_line_naming_it(corpus, tmp_path, seaweedfs):
     (port,) = free_ports(1)  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"

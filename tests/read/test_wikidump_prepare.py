@@ -260,6 +260,34 @@ def test_truncated_dump_fails_its_last_task_only(tmp_path, multi_baseline):
     assert manifest["totals"] == multi_baseline["totals"]
 
 
+def test_an_edit_in_the_page_a_completed_xml_piece_finished_is_refused(tmp_path):
+    """A piece of a plain XML dump reads past its end to finish its last page, and where that
+    page ends is not known without reading it: a completed piece is checked with the file's size,
+    so an edit there that resizes the file is refused, not read into a stale output."""
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.executors.base import run_one
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.run.state import start_run
+
+    (tmp_path / "in").mkdir()
+    xml = tmp_path / "in" / "enwiki-latest-pages-articles.xml"
+    xml.write_bytes(bz2.decompress(SINGLE.read_bytes()))
+    cfg = config([xml], tmp_path / "out", split_bytes=str(xml.stat().st_size // 3))
+    start = start_run(cfg)
+    task = start.plan.tasks[0]
+    assert len(start.plan.tasks) > 1 and task.pieces[0].extra["kind"] == "xml"
+    run_one(task, cfg)
+    data = xml.read_bytes()
+    end = task.pieces[0].end
+    page = data.rindex(b"<page>", 0, end)
+    assert data.index(b"</page>", page) > end  # the piece's last page goes on past its end
+    at = data.index(b"</text>", end)  # in that page, past the piece's range
+    assert at < data.index(b"</page>", page)
+    xml.write_bytes(data[:at] + b" One sentence more." + data[at:])
+    with pytest.raises(OutputError, match="the input files changed since the existing run started"):
+        run_prepare(cfg, show_progress=False)
+
+
 def test_corrupt_stream_names_it_and_the_rerun_completes(tmp_path, multi_baseline):
     """A damaged stream in the middle of the dump: a clear error naming the file and the
     stream's bytes, and every other task completes; after the file is repaired, the same command

@@ -47,11 +47,17 @@ before the run gives up on it; each time it is run again in a new worker."""
 
 
 class TaskStalled(RuntimeError):
-    """A task running in this process showed no progress for ``--stall-seconds``."""
+    """A task running in this process showed no progress for ``--stall-seconds``, each time it ran."""
+
+
+class _Stalled(BaseException):
+    """Raised by the stall alarm inside a task: a ``BaseException``, so that no ``except Exception``
+    of the reading code (a decompressor's or Parquet's "corrupt input" wrappers) takes it for an
+    error of the input; :meth:`TaskPool._run_here` catches it."""
 
 
 class _StallAlarm:
-    """``SIGALRM`` after ``seconds`` without :meth:`rearm`, raising :class:`TaskStalled` in the task
+    """``SIGALRM`` after ``seconds`` without :meth:`rearm`, raising :class:`_Stalled` in the task
     this process runs. Only on the main thread (where Python runs signal handlers), only where the
     platform has ``setitimer``, and only when nobody else handles ``SIGALRM``; otherwise inert. The
     signal interrupts a blocking system call too (a socket read), and fsspec's waits for its I/O
@@ -67,12 +73,17 @@ class _StallAlarm:
 
     def _fire(self, signum, frame) -> None:
         if self.active:
-            raise TaskStalled(f"task {self.task_id} showed no progress for {self.seconds:g} s (--stall-seconds)")
+            raise _Stalled(f"task {self.task_id} showed no progress for {self.seconds:g} s (--stall-seconds)")
 
     def __enter__(self) -> "_StallAlarm":
         if self.active:
             self._previous = signal.signal(signal.SIGALRM, self._fire)
-            self.rearm()
+            try:
+                self.rearm()
+            except BaseException:
+                self.active = False
+                signal.signal(signal.SIGALRM, self._previous)
+                raise
         return self
 
     def rearm(self) -> None:
@@ -195,6 +206,7 @@ class TaskPool:
         self._last_life: dict[str, float] = {}  # running task id -> monotonic time of its last progress
         self._ended: dict[int, float] = {}  # worker pid -> the seconds of silence it was killed after
         self._last_message = time.monotonic()  # from any worker (or since tasks were waiting)
+        self._abandoned = False  # a task given up on may still run in the pool
         if workers > 1:
             self._start_pool()
         else:
@@ -265,7 +277,7 @@ class TaskPool:
 
                 try:
                     return run_one(task, self.config, progress=progress)
-                except TaskStalled as exc:
+                except _Stalled as exc:
                     if attempt == MAX_WORKER_DEATHS:
                         raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
                     log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
@@ -300,12 +312,12 @@ class TaskPool:
             inner = {self._jobs[f][1]: f for f in futures if f in self._jobs}
             done_inner, _ = wait(list(inner), timeout=timeout, return_when=FIRST_COMPLETED)
             self.drain(on_progress)
-            self._end_stalled()
             if any(isinstance(f.exception(), BrokenProcessPool) for f in done_inner):
                 self._restart(on_progress)
             else:
                 for f in done_inner:
                     self._settle(inner[f], f)
+                self._end_stalled()
         done, _ = wait(futures, timeout=0)
         self.drain(on_progress)
         return done
@@ -319,6 +331,7 @@ class TaskPool:
             return
         pending = {task.task_id for task, inner, _ in self._jobs.values() if not inner.done()}
         now = time.monotonic()
+        killed = False
         for tid, last in list(self._last_life.items()):
             if tid not in pending:  # done (or a late message of a task already done)
                 self._last_life.pop(tid, None)
@@ -329,8 +342,9 @@ class TaskPool:
                 log.warning("task %s showed no progress for %.0f s (--stall-seconds %g): ending its worker process %d",
                             tid, silent, self.stall_seconds, pid)
                 self._kill(pid, silent)
+                killed = True
         quiet = now - self._last_message
-        if quiet >= self.stall_seconds:
+        if quiet >= self.stall_seconds and pending and not killed:  # (after a kill the pool restarts anyway)
             alive = [pid for pid, proc in (getattr(self._pool, "_processes", None) or {}).items()
                      if pid not in self._ended and proc.exitcode is None]
             if alive:
@@ -419,7 +433,8 @@ class TaskPool:
                                 f"{how_ended(pid)}); the pool was started {self._fruitless} times, giving up")
             for fut, (_, inner, _) in list(self._jobs.items()):
                 self._jobs.pop(fut)
-                inner.cancel()
+                if not inner.cancel():
+                    self._abandoned = True  # running in the new pool: ended at close, not waited for
                 fut.set_exception(reason)
 
     def drain(self, on_progress: ProgressFn) -> None:
@@ -446,8 +461,11 @@ class TaskPool:
         if cancel:  # an unfinished task writes no marker: it is redone (see executors.base)
             for proc in processes.values():
                 proc.terminate()
+        elif self._abandoned:  # its result would be dropped; it may hang (stopped) as its tries did
+            for proc in processes.values():
+                proc.kill()
         _shut_down(self._pool)
-        if not cancel:  # a worker that died after its last task (nothing to redo, but say so)
+        if not cancel and not self._abandoned:  # a worker that died after its last task (nothing to redo, but say so)
             for pid, proc in sorted(processes.items()):
                 if proc.exitcode:
                     log.warning("worker process %d %s after its last task", pid, describe_exit(proc.exitcode))

@@ -177,12 +177,13 @@ class InputFormat(ABC):
         end = file_size if piece.end is None else piece.end
         return max(0, end - piece.start)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
-        """The bytes ``[start, end)`` of its file that reading ``piece`` depends on (``end=None``:
-        to the end of the file), which a resumed run checks for changes. Default: its byte range.
-        A line-based format reads past its range to finish its last document
-        (:func:`~mlm_pipeline.read.ranges.line_read_extent`)."""
-        return piece.start, piece.end
+    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None] | None:
+        """The bytes ``[start, end)`` of its file that reading ``piece`` depends on, exactly
+        (``end=None``: to the end of the file), which a resumed run checks for changes; None (the
+        default) when that is not known beyond its range: a reader may go past its end (to finish
+        a document), so its range is checked together with the file's size. A line-based format
+        knows where its reader stops (:func:`~mlm_pipeline.read.ranges.line_read_extent`)."""
+        return None
 
     @abstractmethod
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:

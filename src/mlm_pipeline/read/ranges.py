@@ -393,7 +393,9 @@ def line_read_extent(piece: Piece, max_line_bytes: int,
         return start, None
     tail = Piece(piece.url, piece.fmt, piece.end, None, piece.compression)
     with open_piece(tail) as stream:
-        lines = piece_lines(stream, tail, max_line_bytes)
+        # (``end``: reads of TAIL_BYTES, doubling, as the range's own reader does there)
+        lines = LineReader(stream, tail.start, max_line_bytes=max_line_bytes, chunk_bytes=CHUNK_BYTES,
+                           end=piece.end)
         for _, line, too_long in lines:
             if is_boundary(line, too_long):
                 return start, lines.pos

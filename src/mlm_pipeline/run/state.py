@@ -189,33 +189,36 @@ key covered the range only, sampled with the file's size."""
 
 def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions | None = None) -> dict[str, str]:
     """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
-    of each of its pieces: what a byte-range piece's reader depends on, its ``read_extent`` under
-    ``options``, or without ``options`` its nominal range and the file's size, as earlier versions
-    recorded; else the whole file, side files included); 32 files at a time on an object store."""
-    extents: dict[Piece, tuple[int, int | None]] = {}
+    of each of its pieces: what a byte-range piece's reader depends on where its format knows it
+    exactly (``read_extent`` under ``options``), else its range with the file's size, as earlier
+    versions recorded every range (``options=None``); a whole file for other pieces, side files
+    included); 32 files at a time on an object store."""
+    extents: dict[Piece, tuple[int, int | None, bool]] = {}
 
-    def extent(p: Piece) -> tuple[int, int | None]:
+    def extent(p: Piece) -> tuple[int, int | None, bool]:
+        """(start, end, whether the file's size is part of it)"""
         if options is None or not (full or fs.is_local(p.url)):  # (an object's ETag covers it whole)
-            return p.start, p.end
+            return p.start, p.end, True
         if p not in extents:
-            extents[p] = get_input_format(p.fmt).read_extent(p, options)
+            exact = get_input_format(p.fmt).read_extent(p, options)
+            extents[p] = (p.start, p.end, True) if exact is None else (*exact, False)
         return extents[p]
 
-    def ranges(task: Task) -> list[tuple[str, int, int | None]]:
+    def ranges(task: Task) -> list[tuple[str, int, int | None, bool]]:
         out = []
         for p in task.pieces:
             if p.compression is None and get_input_format(p.fmt).unit == "bytes":
                 out.append((p.url, *extent(p)))
             else:
-                out.append((p.url, 0, None))
-            out += [(u, 0, None) for u in (p.extra or {}).get("side_files", [])]
+                out.append((p.url, 0, None, True))
+            out += [(u, 0, None, True) for u in (p.extra or {}).get("side_files", [])]
         return out
 
-    wanted = sorted({r for t in plan.tasks for r in ranges(t)}, key=lambda r: (r[0], r[1], r[2] or -1))
-    threads = 1 if all(fs.is_local(u) for u, _, _ in wanted) else 32
+    wanted = sorted({r for t in plan.tasks for r in ranges(t)}, key=lambda r: (r[0], r[1], r[2] or -1, r[3]))
+    threads = 1 if all(fs.is_local(r[0]) for r in wanted) else 32
     with ThreadPoolExecutor(threads) as pool:
         fps = dict(zip(wanted, pool.map(lambda r: fs.content_fingerprint(r[0], start=r[1], end=r[2], full=full,
-                                                                         file_size=options is None),
+                                                                         file_size=r[3]),
                                         wanted)))
     return {t.task_id: hashlib.sha256("\n".join(fps[r] for r in ranges(t)).encode()).hexdigest()
             for t in plan.tasks}
