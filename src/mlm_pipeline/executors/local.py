@@ -82,7 +82,7 @@ class _StallAlarm:
                 self.rearm()
             except BaseException:
                 self.active = False
-                signal.signal(signal.SIGALRM, self._previous)
+                signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
                 raise
         return self
 
@@ -94,7 +94,7 @@ class _StallAlarm:
         if self.active:
             self.active = False  # a signal already on its way raises nothing now
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._previous)
+            signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
 
 
 def _watch_parent(parent_pid: int) -> None:
