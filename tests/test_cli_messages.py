@@ -178,6 +178,12 @@ def test_inspect_after_the_vocab_moved_and_report_of_a_shard_say_what_to_do(tmp_
     assert "the tokenizer this output was made with" in err and "--tokenizer/-t" in err and str(vocab) in err
     assert "[CLS]" in cli("inspect", out, "-n", "1", "-t", tmp_path / "moved.txt").stdout
     shard = next((out / "shards").iterdir())
+    lines = (tmp_path / "moved.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "other.txt").write_text("".join(lines[:2000] + [lines[2001], lines[2000]] + lines[2002:]))
+    for path in (out, shard):  # another vocab's words for these ids: refused, not shown
+        err = cli("inspect", path, "-n", "1", "-t", tmp_path / "other.txt", check_code=2).stderr
+        assert f"tokenizer {tmp_path / 'other.txt'} (do_lower_case=True) is not the one that prepared {path}" in err
+        assert "--json" in err
     err = cli("report", shard, check_code=2).stderr
     assert "is a file: report reads an output directory" in err and f"mlm-pipeline inspect {shard}" in err
 

@@ -144,3 +144,25 @@ def test_cli_vocab_then_prepare_takes_either_file(tmp_path):
     assert digests[0] == digests[1]
     bad = runner.invoke(app, ["vocab", str(CHINESE), "-o", str(tmp_path / "bad"), "--vocab-size", "0"])
     assert bad.exit_code == 2 and "vocab size" in bad.output and not (tmp_path / "bad").exists()
+
+
+def test_an_output_it_cannot_write_is_refused_before_the_corpus_is_read(tmp_path):
+    """A wrong -o is said at once (exit 2, no traceback), not after counting a whole corpus."""
+    from mlm_pipeline.errors import ConfigError
+
+    def never_read():
+        raise AssertionError("the corpus was read before the output was checked")
+        yield
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match="afile is a file: -o takes a directory, or a path ending in .json"):
+        train_vocab(never_read(), str(afile), VocabSettings())
+    with pytest.raises(ConfigError, match=r"cannot write the vocabulary into .*afile"):
+        train_vocab(never_read(), str(afile / "under" / "tok"), VocabSettings())
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    result = CliRunner().invoke(app, ["vocab", str(CHINESE), "-o", str(afile), "--vocab-size", "6000"])
+    assert result.exit_code == 2 and "afile is a file" in result.output and "Traceback" not in result.output

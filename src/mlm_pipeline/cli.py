@@ -381,9 +381,9 @@ def verify(
 ) -> None:
     """Check every shard against the sizes and SHA-256 its run recorded; name each bad one.
 
-    Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when every
-    shard is whole, 1 when any is missing, truncated or changed (each listed), 2 when the output
-    holds no run. With --repair, the same prepare command then redoes only the bad shards' tasks.
+    Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when the run is
+    complete and every shard whole, 1 when any is missing, truncated or changed (each listed) or a
+    task is not done, 2 when the output holds no run. --repair: the same prepare redoes those tasks.
     """
     from mlm_pipeline.environment import configure_process
     from mlm_pipeline.verify import forget_bad_tasks, verify_output
@@ -398,6 +398,9 @@ def verify(
         typer.echo(f"BAD {p.path}: {p.problem}")
     if result.ok:
         typer.echo(f"ok: {result.checked} shards ({result.bytes_checked:,} bytes) match {result.source} ({what})")
+        if not result.complete:
+            _fail(f"the run is not complete: {result.tasks - result.tasks_done} of its {result.tasks} tasks have not "
+                  "finished (no marker); run the same prepare command again to finish it", code=1)
         return
     if repair:
         tasks = forget_bad_tasks(output, result)
@@ -421,16 +424,21 @@ def report(
     from mlm_pipeline.report import render_report, report_data, write_report
 
     from mlm_pipeline.run.layout import manifest_url
+    from mlm_pipeline.run.manifest import read_manifest
 
     url = manifest_url(output)
     if fs.is_local(output) and os.path.isfile(output):
         _fail(f"{output} is a file: report reads an output directory (the one holding manifest.json); "
               f"to look at one shard: mlm-pipeline inspect {output}")
     try:
-        manifest = json.loads(fs.read_bytes(url))
+        manifest = read_manifest(output, need=("shards", "totals"))
     except FileNotFoundError:
+        if fs.is_local(output) and not os.path.exists(output):
+            _fail(f"{output}: no such directory")
         _fail(f"no manifest.json in {output} (is the run complete?)")
-    except (OSError, json.JSONDecodeError) as exc:
+    except InspectError as exc:
+        _fail(str(exc))
+    except OSError as exc:
         _fail(f"cannot read {url}: {exc}")
     data = report_data(manifest)
     written = []

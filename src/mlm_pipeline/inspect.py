@@ -16,6 +16,7 @@ from mlm_pipeline.formats import OutputFormat, get_output_format, output_format_
 from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
+from mlm_pipeline.run.manifest import read_manifest
 
 
 def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
@@ -58,38 +59,41 @@ def _named_format(name, where: str) -> OutputFormat:
         raise InspectError(f"{where}: {exc}") from None
 
 
-def _run_of(output: str) -> tuple[dict, OutputFormat, list[str]] | None:
-    """The settings, format and shard URLs of the run in ``output``; ``None`` if there is none.
+def _run_of(output: str) -> tuple[dict, OutputFormat, list[str], str | None] | None:
+    """The settings, format, shard URLs and tokenizer fingerprint of the run in ``output``;
+    ``None`` if there is none.
 
     A finished run is read from its manifest (its shards, its ``format``); a run still going from
     its run record, its shards being those committed so far.
     """
     manifest_url = layout.manifest_url(output)
     if fs.exists(manifest_url):
-        manifest = json.loads(fs.read_bytes(manifest_url))
+        manifest = read_manifest(output)
         output_format = _named_format(manifest.get("format"), manifest_url)
         paths = [s["path"] for s in manifest.get("shards", [])]
         shards = [p if "://" in p or p.startswith("/") else fs.join(output, p) for p in paths]
-        return manifest.get("config", {}), output_format, shards
+        return manifest.get("config", {}), output_format, shards, manifest.get("tokenizer_fingerprint")
     run_url = layout.run_url(output)
     if fs.exists(run_url):
-        settings = json.loads(fs.read_bytes(run_url)).get("settings", {})
+        record = json.loads(fs.read_bytes(run_url))
+        settings = record.get("settings", {})
         output_format = _named_format(settings.get("format"), run_url)
         listed = [p for d in layout.shard_dir_urls(output) if fs.exists(d) for p in fs.listdir(d)]
         return settings, output_format, sorted(
             p for p in listed if p.endswith(output_format.extension) or f"/{layout.OUT_FILE_PREFIX}-" in p
-        )
+        ), record.get("tokenizer_fingerprint")
     return None
 
 
-def _resolve(path: str) -> tuple[list[str], dict, OutputFormat]:
-    """Shard URLs to show, the run's settings (if the path is, or is inside, an output) and the format."""
+def _resolve(path: str) -> tuple[list[str], dict, OutputFormat, str | None]:
+    """Shard URLs to show, the run's settings (if the path is, or is inside, an output), the format
+    and the fingerprint of the run's tokenizer (if known)."""
     run = _run_of(path)
     if run is not None:
-        settings, output_format, shards = run
+        settings, output_format, shards, tok_fp = run
         if not shards:
             raise InspectError(f"{path} has no shards yet")
-        return shards, settings, output_format
+        return shards, settings, output_format, tok_fp
     if not fs.exists(path):
         raise InspectError(f"no such file or directory: {path}")
     if fs.isdir(path):
@@ -102,8 +106,8 @@ def _resolve(path: str) -> tuple[list[str], dict, OutputFormat]:
     parent = os.path.dirname(here)  # OUTPUT of OUTPUT/shards/FILE
     run = _run_of(parent or ".")
     if run is not None:
-        return [path], run[0], run[1]
-    return [path], {}, _format_of_file(path)
+        return [path], run[0], run[1], run[3]
+    return [path], {}, _format_of_file(path), None
 
 
 def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True) -> str:
@@ -125,7 +129,7 @@ SHARD_HEADER = "== "  # starts the line naming each shard shown (the CLI sends i
 
 
 def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bool | None, as_json: bool) -> Iterator[str]:
-    shards, settings, output_format = _resolve(path)
+    shards, settings, output_format, tok_fp = _resolve(path)
     first = _read(output_format, shards[0])  # a file that is no shard is named before any tokenizer is asked for
     tok = None
     if not as_json:
@@ -144,6 +148,9 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
             raise InspectError(f"the tokenizer this output was made with, as its {layout.RUN_FILE} records it, "
                                f"cannot be loaded ({exc}): pass a copy of it with --tokenizer/-t, or use --json "
                                "for the ids") from None
+        if tok_fp and tok.fingerprint != tok_fp:  # its tokens would be other words, [MASK] included
+            raise InspectError(f"tokenizer {tok_path} (do_lower_case={bool(lower)}) is not the one that prepared "
+                               f"{path}: its fingerprint differs from the run's; pass that one, or use --json for the ids")
     objective = settings.get("objective")
     nsp = objective not in objective_names() or get_objective(objective).has_nsp_labels
     shown = 0

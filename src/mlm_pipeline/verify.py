@@ -75,32 +75,46 @@ class VerifyResult:
     bytes_checked: int = 0
     problems: list[ShardProblem] = field(default_factory=list)
     source: str = layout.MANIFEST_FILE
+    tasks: int | None = None  # before the manifest: the run's tasks, and how many have a marker
+    tasks_done: int | None = None
 
     @property
     def ok(self) -> bool:
+        """Every recorded shard is whole (see :attr:`complete` for whether the run is)."""
         return not self.problems
 
+    @property
+    def complete(self) -> bool:
+        """The run finished every task (its manifest exists, or every task has its marker)."""
+        return self.tasks is None or (self.tasks_done or 0) >= self.tasks
 
-def _recorded_shards(output: str) -> tuple[list[dict], str]:
-    """The shards a run recorded: the manifest's, else (a run not finalized) its markers'."""
+
+def _recorded_shards(output: str) -> tuple[list[dict], str, tuple[int, int] | None]:
+    """The shards a run recorded: the manifest's, else (a run not finalized) its markers', with
+    (the run's tasks, the markers found)."""
     manifest_url = layout.manifest_url(output)
     if fs.exists(manifest_url):
-        try:
-            return json.loads(fs.read_bytes(manifest_url)).get("shards", []), layout.MANIFEST_FILE
-        except json.JSONDecodeError as exc:
-            raise InspectError(f"cannot parse {manifest_url}: {exc}") from None
+        from mlm_pipeline.run.manifest import read_manifest
+
+        return read_manifest(output)["shards"], layout.MANIFEST_FILE, None
     if not fs.exists(layout.run_url(output)):
         raise InspectError(f"{output} holds no run of mlm-pipeline prepare (no {layout.MANIFEST_FILE}, "
                            f"no {layout.RUN_FILE})")
+    try:
+        tasks = int(json.loads(fs.read_bytes(layout.run_url(output)))["tasks"])
+    except (ValueError, KeyError, TypeError):
+        tasks = None
     shards = []
-    for url, marker in _markers(output):
+    markers = _markers(output)
+    for url, marker in markers:
         if marker is _NOT_READ:
             shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": "cannot be read"})
         elif marker is None:
             shards.append({"path": url, "bytes": None, "sha256": None, "unreadable_marker": "is damaged"})
         else:
             shards.extend(marker["shards"])
-    return shards, f"the task markers in {layout.TASKS_DIR}/ (no {layout.MANIFEST_FILE} yet)"
+    counts = None if tasks is None else (tasks, len(markers))
+    return shards, f"the task markers in {layout.TASKS_DIR}/ (no {layout.MANIFEST_FILE} yet)", counts
 
 
 _NOT_READ: dict = {}  # a marker that could not be fetched (a storage error): nothing tells it is bad
@@ -144,8 +158,10 @@ def forget_bad_tasks(output: str, result: VerifyResult) -> list[str]:
 
 def verify_output(output: str, *, check: str = "sha256", threads: int = 4) -> VerifyResult:
     """Check every shard of the run in ``output``; the result lists each bad shard and why."""
-    shards, source = _recorded_shards(output)
+    shards, source, counts = _recorded_shards(output)
     result = VerifyResult(output=output, source=source)
+    if counts is not None:
+        result.tasks, result.tasks_done = counts
 
     def one(entry: dict) -> tuple[dict, str | None]:
         if entry.get("unreadable_marker"):

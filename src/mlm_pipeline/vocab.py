@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -252,6 +253,20 @@ def output_paths(output: str) -> tuple[Path, Path, Path]:
     return tok_json, folder / "vocab.txt", folder / "vocab-report.json"
 
 
+def writable_output_paths(output: str) -> tuple[Path, Path, Path]:
+    """:func:`output_paths`, once it is clear their folder can be made and written: checked before
+    the corpus is read (so a wrong ``-o`` costs a second, not a whole training), creating nothing."""
+    paths = output_paths(output)
+    folder = paths[1].parent
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder} is a file: -o takes a directory, or a path ending in .json for tokenizer.json")
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        why = "is a file" if not existing.is_dir() else "cannot be written"
+        raise ConfigError(f"cannot write the vocabulary into {folder}: {existing} {why}")
+    return paths
+
+
 def iter_corpus_documents(inputs: list[str], input_format: str = "auto") -> Iterator[list[str]]:
     """Documents of every input through the same readers ``prepare`` uses (formats, compression, URLs)."""
     from mlm_pipeline import fs
@@ -268,6 +283,7 @@ def iter_corpus_documents(inputs: list[str], input_format: str = "auto") -> Iter
 
 def train_vocab(documents: Iterable[list[str]], output: str, settings: VocabSettings) -> VocabReport:
     """Count, train and write ``tokenizer.json``, ``vocab.txt`` and ``vocab-report.json``."""
+    tok_json, vocab_txt, report_json = writable_output_paths(output)
     counter = WordCounter(settings)
     for doc in documents:
         counter.add_document(doc)
@@ -278,10 +294,12 @@ def train_vocab(documents: Iterable[list[str]], output: str, settings: VocabSett
     report.words_counted = sum(counter.counts.values())
     report.distinct_words = len(counter.counts)
     report.pruned_words = counter.pruned
-    tok_json, vocab_txt, report_json = output_paths(output)
-    tok_json.parent.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(vocab, settings).save(str(tok_json))
-    vocab_txt.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
     report.files = [str(tok_json), str(vocab_txt), str(report_json)]
-    report_json.write_text(json.dumps(asdict(report), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    try:
+        tok_json.parent.mkdir(parents=True, exist_ok=True)
+        build_tokenizer(vocab, settings).save(str(tok_json))
+        vocab_txt.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+        report_json.write_text(json.dumps(asdict(report), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:  # (what the early check cannot see: a special filesystem, a full disk)
+        raise ConfigError(f"cannot write the vocabulary into {vocab_txt.parent}: {exc}") from None
     return report

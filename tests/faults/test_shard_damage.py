@@ -205,3 +205,28 @@ def test_repair_deletes_a_damaged_marker_and_keeps_one_it_cannot_read(corpus, tm
         assert forget_bad_tasks(str(out), result) == [damaged.stem]
     assert not damaged.exists() and unread.is_dir()
     assert f"{unread} cannot be read now: kept" in caplog.text
+
+
+def test_verify_of_an_unfinished_run_says_so_and_fails(corpus, clean_run, tmp_path):
+    """A run with tasks not done (an array worker's share, a run stopped, a repair not rerun):
+    its shards so far match, but verify does not pass it as whole."""
+    out, clean = _copy_clean(clean_run, tmp_path, "parquet")
+    (out / "manifest.json").unlink()
+    markers = sorted((out / "_tasks").glob("*.json"))
+    for marker in markers[:2]:
+        marker.unlink()
+    code, text = _cli("verify", out)
+    assert code == 1, text
+    assert "ok: " in text and "match the task markers" in text
+    assert f"the run is not complete: 2 of its {clean['tasks']} tasks have not finished (no marker)" in text
+    assert _cli("finalize", out)[0] != 0  # (finalize agrees)
+    for damaged, says in (("[]", "is not a manifest of mlm-pipeline (no shards"),
+                          ("{}", "is not a manifest of mlm-pipeline (no shards"), ('{"shards": [', "cannot parse")):
+        (out / "manifest.json").write_text(damaged)
+        for command in ("verify", "inspect", "report"):
+            code, text = _cli(command, out)
+            assert code == 2 and says in text and f"finalize {out} --force" in text, (command, damaged, text)
+    assert _cli("finalize", out, "--force")[0] != 0  # (tasks are still missing)
+    (out / "manifest.json").write_text('{"shards": []}')
+    code, text = _cli("report", out)
+    assert code == 2 and "is not a manifest of mlm-pipeline (no totals)" in text, text

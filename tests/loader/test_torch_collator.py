@@ -248,3 +248,22 @@ def test_counter_based_uniforms_look_uniform():
     assert abs(float((x[1:] * x[:-1]).mean()) / float((x * x).mean())) < 0.01
     assert not torch.equal(uniform(keys, torch.zeros(4096, dtype=torch.int64), 1),
                            uniform(keys, torch.zeros(4096, dtype=torch.int64), 2))
+
+
+def test_a_collator_of_another_vocab_is_refused_by_the_loader(parquet_out, tmp_path):
+    """A collator built on another vocab would put its own [MASK] id into the shards' ids, and
+    draw random tokens from its own vocab: the loader refuses it. The run's vocab file read
+    without its lower-casing is still the run's vocab, and is taken."""
+    from mlm_pipeline.torch import MLMDataLoader
+
+    lines = VOCAB.read_text().splitlines(keepends=True)
+    other = tmp_path / "other-vocab.txt"  # [MASK] (103) and [UNK] (100) trade places
+    other.write_text("".join(lines[:100] + [lines[103]] + lines[101:103] + [lines[100]] + lines[104:]))
+    dataset = MLMDataset(parquet_out, seed=1)
+    with pytest.raises(ValueError, match=r"the collator's tokenizer \(.*other-vocab.txt\) is not the one that "
+                                         r"prepared .*its \[MASK\] and random tokens would be another vocab's"):
+        MLMDataLoader(dataset, batch_size=8, collate_fn=MLMCollator(str(other), masking="dynamic"))
+    assert MLMCollator(str(other), masking="dynamic").mask_id == 100
+    for same in (str(VOCAB), load_tokenizer(str(VOCAB), False)):
+        batch = next(iter(MLMDataLoader(dataset, batch_size=8, collate_fn=MLMCollator(same, masking="dynamic"))))
+        assert (batch["input_ids"] == 103).any()

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.errors import IncompleteRun
+from mlm_pipeline.errors import IncompleteRun, InspectError
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -110,9 +110,29 @@ def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: C
     return None
 
 
-def read_manifest(output: str) -> dict:
-    """The manifest of a finished run (``FileNotFoundError`` while it is not written)."""
-    return json.loads(fs.read_bytes(layout.manifest_url(output)))
+def read_manifest(output: str, *, need: tuple[str, ...] = ("shards",)) -> dict:
+    """The manifest of a finished run (``FileNotFoundError`` while it is not written;
+    :class:`~mlm_pipeline.errors.InspectError` naming the file when it is not a manifest)."""
+    return parse_manifest(fs.read_bytes(layout.manifest_url(output)), output, need=need)
+
+
+_KINDS = {"shards": list, "totals": dict}
+
+
+def parse_manifest(data: bytes, output: str, *, need: tuple[str, ...] = ("shards",)) -> dict:
+    """``data`` read from ``output``'s ``manifest.json`` as a manifest; :class:`InspectError` naming
+    the file, and how to write it again, when it cannot be parsed or is not an object holding the
+    entries ``need`` names (the list of shards; the totals, for a report)."""
+    url = layout.manifest_url(output)
+    again = f"`mlm-pipeline finalize {output} --force` writes it again from the task markers"
+    try:
+        manifest = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InspectError(f"cannot parse {url} ({exc}); {again}") from None
+    missing = [key for key in need if not isinstance(manifest, dict) or not isinstance(manifest.get(key), _KINDS[key])]
+    if missing:
+        raise InspectError(f"{url} is not a manifest of mlm-pipeline (no {' or '.join(missing)}); {again}")
+    return manifest
 
 
 def collect_completed(config: PrepareConfig, plan: Plan) -> CompletedTasks:

@@ -209,6 +209,9 @@ class MLMCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
         self.sample_info = bool(sample_info)
+        # what made its ids, for MLMDataLoader to compare with the shards' tokenizer
+        self.tokenizer_fingerprint = getattr(tokenizer, "fingerprint", None)
+        self.tokenizer_path = getattr(tokenizer, "path", None)
         self.mask_id = int(tokenizer.special.mask)
         self.pad_id = int(tokenizer.special.pad)
         sp = tokenizer.special  # ELECTRA never masks [CLS], [SEP], [MASK] or [PAD]

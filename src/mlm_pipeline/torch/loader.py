@@ -54,6 +54,7 @@ class MLMDataLoader:
         if dataset.bin_batch_size and dataset.bin_batch_size != batch_size:
             raise ValueError(f"the dataset's length bins are cut into batches of {dataset.bin_batch_size}, "
                              f"not {batch_size}: give both the same batch size")
+        _check_tokenizer(dataset, collate_fn)
         self.dataset = dataset
         self.batch_size = batch_size
         self.collate_fn = collate_fn
@@ -124,6 +125,31 @@ class MLMDataLoader:
     def load_state_dict(self, state: dict) -> None:
         self.dataset.load_state_dict(state)
         self._end_pass()
+
+
+def _check_tokenizer(dataset: MLMDataset, collate_fn) -> None:
+    """A collator built on another vocab than the shards' would mask with its own ``[MASK]`` id and
+    draw random tokens from its own vocab, silently: refused. A collator given the same vocab
+    file without the run's lower-casing or flavour is still the same vocab, so it is read again
+    with the run's settings before it is refused."""
+    recorded = dataset.prepared.tokenizer_fingerprint
+    mine = getattr(collate_fn, "tokenizer_fingerprint", None)
+    if not recorded or not mine or mine == recorded:
+        return
+    path = getattr(collate_fn, "tokenizer_path", None)
+    if path:
+        from mlm_pipeline.tokenize import load_tokenizer
+
+        prepared = dataset.prepared
+        try:
+            again = load_tokenizer(str(path), bool(prepared.config.get("do_lower_case", True)), prepared.tokenizer_flavor)
+            if again.fingerprint == recorded:
+                return
+        except (OSError, ValueError):
+            pass
+    raise ValueError(f"the collator's tokenizer ({path or 'given as an object'}) is not the one that prepared "
+                     f"{dataset.prepared.url}: its fingerprint differs from the manifest's, so its [MASK] and random "
+                     "tokens would be another vocab's; build it with dataset.collator(), or from the run's tokenizer")
 
 
 @dataclass
