@@ -166,3 +166,20 @@ def test_an_output_it_cannot_write_is_refused_before_the_corpus_is_read(tmp_path
 
     result = CliRunner().invoke(app, ["vocab", str(CHINESE), "-o", str(afile), "--vocab-size", "6000"])
     assert result.exit_code == 2 and "afile is a file" in result.output and "Traceback" not in result.output
+
+
+def test_inputs_it_skips_are_named(tmp_path, caplog):
+    """As prepare does: an empty file and a vocab.txt among the inputs are skipped with a warning."""
+    import shutil
+
+    from conftest import VOCAB
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(VOCAB, folder / "vocab.txt")
+    (folder / "empty.txt").write_text("")
+    shutil.copy(CHINESE, folder / "novel.txt")
+    with caplog.at_level("WARNING", logger="mlm_pipeline"):
+        docs = list(iter_corpus_documents([str(folder)]))
+    assert docs and f"skipping {folder / 'vocab.txt'} (vocabulary)" in caplog.text
+    assert f"skipping {folder / 'empty.txt'} (empty_file)" in caplog.text

@@ -122,11 +122,7 @@ def plan_tasks(config: PrepareConfig) -> Plan:
         listed = sorted(listed)
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
     skipped = unlisted + skipped
-    noted = [s for s in skipped if s["reason"] != "side_file"]  # a side file is read with its main file
-    for s in noted[:WARNED_FILES]:
-        log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
-    if len(noted) > WARNED_FILES:
-        log.warning("skipping %d more inputs (listed with their reasons in the manifest)", len(noted) - WARNED_FILES)
+    warn_skipped(skipped)
     # (random-next pairs are the NSP objective's: ELECTRA, packed and tokens have none)
     paragraph_files = [f for f in usable if f.paragraph_lines] if get_objective(config.objective).has_nsp_labels else []
     if paragraph_files:
@@ -184,6 +180,15 @@ SNIFF_THREADS = 32
 """Inputs on an object store sniffed at once: each sniff is a request (tens of ms), and a
 corpus of 100,000 files sniffed one by one would plan for half an hour at 20 ms a request. (The
 client may allow fewer: s3fs keeps 10 connections unless configured otherwise.)"""
+
+
+def warn_skipped(skipped: list[dict], more: str = "listed with their reasons in the manifest") -> None:
+    """A warning per skipped input (of :func:`usable_inputs`), the first ``WARNED_FILES`` of them."""
+    noted = [s for s in skipped if s["reason"] != "side_file"]  # a side file is read with its main file
+    for s in noted[:WARNED_FILES]:
+        log.warning("skipping %s (%s): %s", s["path"], s["reason"], s.get("detail", "an empty file"))
+    if len(noted) > WARNED_FILES:
+        log.warning("skipping %d more inputs (%s)", len(noted) - WARNED_FILES, more)
 
 
 def usable_inputs(

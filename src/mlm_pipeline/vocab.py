@@ -270,12 +270,13 @@ def writable_output_paths(output: str) -> tuple[Path, Path, Path]:
 def iter_corpus_documents(inputs: list[str], input_format: str = "auto") -> Iterator[list[str]]:
     """Documents of every input through the same readers ``prepare`` uses (formats, compression, URLs)."""
     from mlm_pipeline import fs
-    from mlm_pipeline.plan import usable_inputs
+    from mlm_pipeline.plan import usable_inputs, warn_skipped
     from mlm_pipeline.read import ReadOptions, get_input_format, iter_documents
     from mlm_pipeline.stats import ReadStats
 
     options, stats = ReadOptions(), ReadStats()
-    usable, _ = usable_inputs(sorted(fs.expand_inputs(inputs)), input_format, options)
+    usable, skipped = usable_inputs(sorted(fs.expand_inputs(inputs)), input_format, options)
+    warn_skipped(skipped, more="for the same reasons")
     for f in usable:  # empty, binary and side files are skipped exactly as prepare skips them
         for piece in get_input_format(f.fmt).split(f.url, f.size, f.size, options):
             yield from iter_documents(piece, options, stats)

@@ -510,7 +510,7 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
             continue
         bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
         if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
-            log.warning("redoing task %s: shard %s is %s", marker["task_id"], bad[0],
+            log.warning("task %s is not done (prepare runs it again): shard %s is %s", marker["task_id"], bad[0],
                         "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
                         f"{shard_sizes[bad[0].rsplit('/', 1)[-1]]} bytes, its marker says {_bytes_of(marker, bad[0])}")
             done.rejected[task_id] = data
