@@ -56,4 +56,4 @@ def test_brackets_in_help_are_shown_as_written():
 
 def test_a_docstring_paragraph_is_wrapped_by_the_terminal_not_by_the_source():
     text = help_of("verify", 240)
-    assert "Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when every shard" in text
+    assert "Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when the run is complete" in text

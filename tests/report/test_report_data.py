@@ -189,3 +189,23 @@ def test_text_report_of_reference_mode_says_the_token_counts_are_not_tracked(tmp
     out = tmp_path / "ref"
     cli("prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--reference", "--no-progress")
     assert f"[UNK] tokens, most frequent tokens: {REFERENCE_WHY}" in cli("report", out).stdout
+
+
+def test_html_summary_shows_the_pair_figures_the_text_report_prints(prepared):
+    """The page's summary has the NSP (or ELECTRA) counts the text report prints, and an automatic
+    split size as the size the plan chose."""
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.html import render_html
+
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    t = manifest["totals"]
+    page = render_html(report_data(manifest), [])
+    for key, label in (("truncated_pairs", "truncated pairs"),
+                       ("short_target_documents", "documents with a short target length")):
+        assert f"<th>{label}</th><td class='n'>{t[key]:,}</td>" in page, key
+    assert "<th>split-bytes</th><td class=''>256000</td>" in page
+    electra = {**manifest, "config": {**manifest["config"], "split_bytes": None}, "split_bytes": 4194304,
+               "totals": {**t, "truncated_examples": 970, "dropped_tokens": 85643, "single_segment": 12}}
+    page = render_html(report_data(electra), [])
+    assert "<th>tokens dropped by truncation</th><td class='n'>85,643</td>" in page
+    assert "<th>split-bytes</th><td class=''>auto (4,194,304 bytes)</td>" in page

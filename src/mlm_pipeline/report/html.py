@@ -60,6 +60,14 @@ def _table(rows: list[tuple[str, str]], cls: str = "") -> str:
     return f"<table>{body}</table>"
 
 
+_PAIR_ROWS = (  # what the text report prints of NSP pairs and ELECTRA examples, where the run counted it
+    ("short_target_documents", "documents with a short target length"), ("truncated_pairs", "truncated pairs"),
+    ("chunks_without_pair", "chunks without a pair"), ("single_segment", "one-segment examples"),
+    ("one_segment_draws", "examples drawn as one segment"), ("random_target", "random target lengths"),
+    ("truncated_examples", "truncated examples"), ("dropped_tokens", "tokens dropped by truncation"),
+)
+
+
 def _summary(data: dict) -> str:
     run, inp, out, tok = data["run"], data["input"], data["output"], data["tokens"]
     pairs, masking = data["pairs"], data["masking"]
@@ -74,6 +82,7 @@ def _summary(data: dict) -> str:
     ]
     if "random_next_share" in pairs:
         rows.append(("random-next share", _share(pairs["random_next_share"])))
+    rows += [(label, _num(pairs[key])) for key, label in _PAIR_ROWS if key in pairs]
     if masking:
         rows.append(("masked tokens", _num(masking["masked_tokens"])))
     if "unk_rate" in tok:
@@ -117,9 +126,12 @@ def _skipped_files(data: dict) -> str:
 
 
 def _settings(data: dict) -> str:
-    rows = [(k.replace("_", "-"), _e(json.dumps(v) if isinstance(v, (dict, list)) else v))
-            for k, v in sorted(data["settings"].items())]
     run = data["run"]
+    shown = {**data["settings"]}
+    if shown.get("split_bytes") is None and run.get("split_bytes"):  # auto: what the plan chose
+        shown["split_bytes"] = f"auto ({run['split_bytes']:,} bytes)"
+    rows = [(k.replace("_", "-"), _e(json.dumps(v) if isinstance(v, (dict, list)) else v))
+            for k, v in sorted(shown.items())]
     rows.append(("tokenizer fingerprint", _e(run.get("tokenizer_fingerprint") or "")))
     for b in run.get("tokenizer_backend") or []:
         rows.append(("tokenizer backend", _e(f"{b.get('backend')} {b.get('version', '')} ({b.get('tasks')} tasks)")))
