@@ -186,6 +186,10 @@ def test_inspect_after_the_vocab_moved_and_report_of_a_shard_say_what_to_do(tmp_
         assert "--json" in err
     err = cli("report", shard, check_code=2).stderr
     assert "is a file: report reads an output directory" in err and f"mlm-pipeline inspect {shard}" in err
+    for command in ("finalize", "verify"):  # (not "Not a directory: .../_run.json")
+        err = cli(command, shard, check_code=2).stderr
+        assert f"{shard} is a file: expected the output directory of a prepare run" in err, (command, err)
+    assert "no such directory" in cli("report", tmp_path / "nowhere", check_code=2).stderr
 
 
 def test_the_same_prepare_on_a_finished_output_says_what_it_holds(tmp_path):
