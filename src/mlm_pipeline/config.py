@@ -338,7 +338,8 @@ class PrepareConfig(BaseModel):
                 raise ValueError(f"--reference reads plain text line by line, as its reference script does: "
                                  f"--input-format {self.input_format} does not apply")
         if self.num_out_files is not None and self.format != "tfrecord":
-            raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files; it needs --format tfrecord, "
+            how = f" (--reference writes them as its script does, {self.num_out_files} files)" if self.reference else ""
+            raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files{how}; it needs --format tfrecord, "
                              f"not {self.format}")
         from mlm_pipeline.instances import get_objective
 

@@ -200,6 +200,10 @@ def test_zero_output_files_and_other_bad_settings_are_refused(tmp_path):
         for reference in ([], ["--reference"]):
             code, log = prepare(corpus, "--objective", "electra", *reference, "-t", ZH_EN_VOCAB, "-o", out, *args)
             assert_refused(code, log, out, message)
+    # the files --reference writes by itself, not a flag the user gave, are what parquet cannot hold
+    code, log = prepare(corpus, "--objective", "electra", "--reference", "-t", ZH_EN_VOCAB, "-o", out, "--format", "parquet")
+    assert_refused(code, log, out, "TFRecord files (--reference writes them as its script does, 1000 files); it needs "
+                                   "--format tfrecord, not parquet")
     # reference mode reads one corpus directory, as ELECTRA's --corpus-dir
     for inputs, message in (([corpus / "wikitext2-train-200KB.txt"], "is not a directory"),
                             ([corpus, corpus], "got 2 inputs")):
