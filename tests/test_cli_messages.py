@@ -190,6 +190,7 @@ def test_inspect_after_the_vocab_moved_and_report_of_a_shard_say_what_to_do(tmp_
         err = cli(command, shard, check_code=2).stderr
         assert f"{shard} is a file: expected the output directory of a prepare run" in err, (command, err)
     assert "no such directory" in cli("report", tmp_path / "nowhere", check_code=2).stderr
+    assert "greater than or equal to 1" in cli("inspect", out, "-n", "-1", check_code=2).stderr
 
 
 def test_the_same_prepare_on_a_finished_output_says_what_it_holds(tmp_path):

@@ -354,7 +354,7 @@ def _echo_worker_summary(summary: dict) -> dict | None:
 @_command
 def inspect(
     path: str = typer.Argument(..., help="A shard file (.tfrecord or .parquet) or a prepared output directory (its first shard is shown)."),
-    n: int = typer.Option(3, "-n", "--num", help="How many instances to show."),
+    n: int = typer.Option(3, "-n", "--num", min=1, help="How many instances to show."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer to decode with (default: the one recorded in the output's _run.json)."),
     do_lower_case: Optional[bool] = typer.Option(None, "--do-lower-case/--no-do-lower-case", metavar="", help="Override the recorded lower-casing (vocab.txt only)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="Print instances as JSON lines (ids) instead of decoded text."),
