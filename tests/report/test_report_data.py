@@ -209,3 +209,20 @@ def test_html_summary_shows_the_pair_figures_the_text_report_prints(prepared):
     page = render_html(report_data(electra), [])
     assert "<th>tokens dropped by truncation</th><td class='n'>85,643</td>" in page
     assert "<th>split-bytes</th><td class=''>auto (4,194,304 bytes)</td>" in page
+
+
+def test_report_flags_mostly_random_next_pairs_and_the_way_out(tmp_path):
+    """The bundled novel is one document of paragraph-long lines: read a line per sentence, most
+    pairs are random-next and the report says why and what to do; split into sentences, they are
+    about half, and it says nothing."""
+    from conftest import DATA
+
+    novel = DATA / "hongloumeng-300KB.txt"
+    cli("prepare", novel, "-o", tmp_path / "lines", "-t", VOCAB, "--no-progress")
+    text = cli("report", tmp_path / "lines").stdout
+    assert "of the pairs are random-next (over 70%): most pairs were cut from a single sentence" in text
+    assert "--sentence-split splits lines into sentences" in text
+    cli("prepare", novel, "-o", tmp_path / "split", "-t", VOCAB, "--no-progress", "--sentence-split")
+    manifest = json.loads((tmp_path / "split" / "manifest.json").read_text())
+    assert 0.4 < manifest["totals"]["random_next"] / manifest["totals"]["instances"] < 0.6
+    assert "random-next (over" not in cli("report", tmp_path / "split").stdout

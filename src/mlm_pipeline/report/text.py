@@ -179,8 +179,9 @@ RANDOM_NEXT_WARNING_SHARE = 0.70
 
 def _random_next_warning(manifest: dict) -> list[str]:
     """A flag when far more than half of the NSP pairs are random-next (Google's algorithm gives
-    about half on documents of several sentences): the sign of one-sentence documents, such as a
-    paragraph per line read as a sentence per line."""
+    about half on documents of several sentences): a chunk of one sentence always gets a random
+    next, so this is the sign of one-sentence documents, or of lines about as long as an instance
+    (a paragraph per line read as a sentence per line)."""
     t = manifest["totals"]
     inst, random_next = t.get("instances", 0), t.get("random_next")
     if "single_segment" in t or not inst or random_next is None or random_next / inst <= RANDOM_NEXT_WARNING_SHARE:
@@ -188,4 +189,5 @@ def _random_next_warning(manifest: dict) -> list[str]:
     hint = ("" if manifest.get("config", {}).get("sentence_split") else
             "; for text with a paragraph per line, --sentence-split splits lines into sentences")
     return ["", f"warning: {random_next / inst:.1%} of the pairs are random-next (over "
-                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most documents have a single sentence{hint}"]
+                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most pairs were cut from a single sentence (documents of one "
+                f"sentence, or lines about as long as an instance){hint}"]
