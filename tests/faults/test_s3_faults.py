@@ -50,25 +50,32 @@ def test_a_run_through_s3_faults_completes_with_the_clean_bytes(seaweedfs, corpu
                  injected=sum(proxy.injected.values()), recovered=sum(proxy.injected.values()))
 
 
-def test_a_hung_upload_in_a_one_worker_run_is_ended_and_its_task_run_again(seaweedfs, corpus, clean_run, tally):
-    """With one worker, tasks run in the ``prepare`` process itself: a shard upload that hangs
-    (the proxy holds the first one for 30 s) is interrupted by the stall alarm after
-    ``--stall-seconds``, the task runs again, and the run completes with the clean bytes."""
-    clean = clean_run("parquet")
-    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30,
-                        only=lambda head: head.startswith(b"PUT ") and b"/shards/" in head.split(b"\r\n", 1)[0])
-    out = seaweedfs.new_prefix("stall")
+def _one_worker_run_with_one_request_held(seaweedfs, inputs, out, only) -> tuple[subprocess.CompletedProcess, float]:
+    """``prepare --workers 1 --stall-seconds 2`` through a proxy that holds the first request
+    ``only`` picks for 30 s: (the finished run, its seconds). The run must succeed, the request held."""
+    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30, only=only)
     try:
         env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": proxy.endpoint})
         started = time.monotonic()
         run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
-                              *prepare_args(corpus, out, workers=1), "--stall-seconds", "2"],
+                              *prepare_args(inputs, out, workers=1), "--stall-seconds", "2"],
                              capture_output=True, text=True, timeout=400, env=env)
         took = time.monotonic() - started
     finally:
         proxy.close()
     assert run.returncode == 0, run.stderr[-3000:]
     assert proxy.injected == {"slow": 1}
+    return run, took
+
+
+def test_a_hung_upload_in_a_one_worker_run_is_ended_and_its_task_run_again(seaweedfs, corpus, clean_run, tally):
+    """With one worker, tasks run in the ``prepare`` process itself: a shard upload that hangs
+    (the proxy holds the first one for 30 s) is interrupted by the stall alarm after
+    ``--stall-seconds``, the task runs again, and the run completes with the clean bytes."""
+    clean = clean_run("parquet")
+    out = seaweedfs.new_prefix("stall")
+    run, took = _one_worker_run_with_one_request_held(
+        seaweedfs, corpus, out, lambda head: head.startswith(b"PUT ") and b"/shards/" in head.split(b"\r\n", 1)[0])
     assert re.search(r"task \d+ showed no progress for 2 s \(--stall-seconds\); running it again \(2 of 3\)",
                      run.stderr), run.stderr[-3000:]
     assert took < 30  # the hung upload did not hold the run up
@@ -102,19 +109,8 @@ def test_a_hung_read_of_a_compressed_input_is_a_stall_not_a_corrupt_file(seaweed
         found = re.search(rb"^GET \S*corpus\.txt\.gz .*\r\nrange: bytes=0-(\d+)", head, re.I | re.S)
         return found is not None and int(found.group(1)) > 100_000
 
-    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30, only=the_tasks_read)
     out = tmp_path / "out"
-    try:
-        env = subprocess_env({**seaweedfs.env(), "AWS_ENDPOINT_URL": proxy.endpoint})
-        started = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare",
-                              *prepare_args(f"s3://{seaweedfs.bucket}/{key}", out, workers=1), "--stall-seconds", "2"],
-                             capture_output=True, text=True, timeout=400, env=env)
-        took = time.monotonic() - started
-    finally:
-        proxy.close()
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert proxy.injected == {"slow": 1}
+    run, took = _one_worker_run_with_one_request_held(seaweedfs, f"s3://{seaweedfs.bucket}/{key}", out, the_tasks_read)
     assert "task 00000 showed no progress for 2 s (--stall-seconds); running it again (2 of 3)" in run.stderr
     assert "corrupt" not in run.stderr and took < 30
     assert shard_table(json.loads((out / "manifest.json").read_text())) == shard_table(clean)
