@@ -220,3 +220,13 @@ def test_reference_mode_refuses_inputs_and_flags_it_would_ignore(tmp_path):
                            (["--input-format", "jsonl"], "--input-format jsonl does not apply")):
         got = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "c", "-t", VOCAB, "--reference", *flags, check_code=2)
         assert message in got.stderr
+
+
+def test_whole_word_masking_without_masks_in_the_shards_says_where_it_belongs(tmp_path):
+    err = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "none", "-t", VOCAB, "--no-progress", "--masking", "none",
+              "--do-whole-word-mask").stderr
+    assert "--do-whole-word-mask has no effect with --masking none: the shards hold no masks; mask whole words " \
+           "when loading them (dataset.collator(whole_word_mask=True))" in err
+    err = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "static", "-t", VOCAB, "--no-progress",
+              "--do-whole-word-mask").stderr
+    assert "--do-whole-word-mask" not in err

@@ -163,6 +163,13 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":
         log.warning("--do-lower-case/--no-do-lower-case has no effect with %s: a tokenizer.json lower-cases "
                     "or not by its own normalizer", config.tokenizer)
+    if config.do_whole_word_mask and config.masking != "static":
+        from mlm_pipeline.instances import get_objective
+
+        how = ("; mask whole words when loading them (dataset.collator(whole_word_mask=True))"
+               if get_objective(config.objective).load_masking == "dynamic" else "")
+        log.warning("--do-whole-word-mask has no effect with --masking %s: the shards hold no masks%s",
+                    config.masking, how)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(
