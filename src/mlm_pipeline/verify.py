@@ -98,7 +98,6 @@ def _recorded_shards(output: str) -> tuple[list[dict], str, tuple[int, int] | No
     refuse_a_file(output)
     manifest_url = layout.manifest_url(output)
     if fs.exists(manifest_url):
-
         return read_manifest(output)["shards"], layout.MANIFEST_FILE, None
     if not fs.exists(layout.run_url(output)):
         raise InspectError(f"{output} holds no run of mlm-pipeline prepare (no {layout.MANIFEST_FILE}, "

@@ -214,7 +214,6 @@ class Heartbeat:
                                 "over); running it to the end anyway: both runs write the same bytes",
                                 lease.task_id)
 
-
     def _stalled(self, lease: Lease) -> bool:
         if not self.stall_seconds or self.silent_for is None:
             return False

@@ -81,8 +81,7 @@ class _StallAlarm:
             try:
                 self.rearm()
             except BaseException:
-                self.active = False
-                signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+                self._restore()
                 raise
         return self
 
@@ -92,9 +91,14 @@ class _StallAlarm:
 
     def __exit__(self, *exc) -> None:
         if self.active:
-            self.active = False  # a signal already on its way raises nothing now
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+            self._restore()
+
+    def _restore(self) -> None:
+        """Inert again (a signal already on its way raises nothing now), the previous handler back
+        (``SIG_DFL`` where it was not set from Python: ``getsignal`` gives None)."""
+        self.active = False
+        signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -337,8 +341,10 @@ class TaskPool:
                 self._last_life.pop(tid, None)
                 continue
             silent = now - last
+            if silent < self.stall_seconds:
+                continue
             pid = next((p for p, t in self._running.items() if t == tid), None)
-            if silent >= self.stall_seconds and pid is not None and pid not in self._ended:
+            if pid is not None and pid not in self._ended:
                 log.warning("task %s showed no progress for %.0f s (--stall-seconds %g): ending its worker process %d",
                             tid, silent, self.stall_seconds, pid)
                 self._kill(pid, silent)

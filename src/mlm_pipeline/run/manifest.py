@@ -21,7 +21,7 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
-from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run, refuse_a_file
+from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -184,7 +184,6 @@ def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
 
     Raises :class:`IncompleteRun` when tasks are missing.
     """
-    refuse_a_file(output)
     config, record, plan = load_run(output)
     done = collect_completed(config, plan)
     manifest = write_manifest_once(config, record, plan, done, overwrite=force)

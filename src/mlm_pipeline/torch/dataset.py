@@ -319,12 +319,9 @@ class MLMDataset(IterableDataset):
         return (max(1, int(num_workers)), int(batch_size), int(batches))
 
     def _fingerprint(self, *, contents: bool = True) -> str:
-        def one(p: PreparedOutput) -> str:
-            return p.fingerprint() if contents else p.fingerprint_without_contents()
-
         if len(self.sources) == 1:
-            return one(self.prepared)
-        return hashlib.sha256(json.dumps([one(p) for p in self.sources]).encode()).hexdigest()
+            return self.prepared.fingerprint(contents=contents)
+        return hashlib.sha256(json.dumps([p.fingerprint(contents=contents) for p in self.sources]).encode()).hexdigest()
 
     def _settings(self) -> dict:
         return {

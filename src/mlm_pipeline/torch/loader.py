@@ -138,13 +138,9 @@ def _check_tokenizer(dataset: MLMDataset, collate_fn) -> None:
         return
     path = getattr(collate_fn, "tokenizer_path", None)
     if path:
-        from mlm_pipeline.tokenize import load_tokenizer
-
-        prepared = dataset.prepared
         try:
-            again = load_tokenizer(str(path), bool(prepared.config.get("do_lower_case", True)), prepared.tokenizer_flavor)
-            if again.fingerprint == recorded:
-                return
+            dataset.prepared.tokenizer(str(path))  # read with the run's settings; ValueError if another
+            return
         except (OSError, ValueError):
             pass
     raise ValueError(f"the collator's tokenizer ({path or 'given as an object'}) is not the one that prepared "

@@ -87,18 +87,14 @@ class PreparedOutput:
     def max_seq_length(self) -> int | None:
         return self.config.get("max_seq_length")
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, *, contents: bool = True) -> str:
         """sha256 of the shard list (paths, counts and each shard's SHA-256 where the manifest has
         it): a state only applies to the same shards, not to an output prepared again with other
-        settings into files of the same names and sizes."""
-        blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances, *([s.sha256] if s.sha256 else [])]
+        settings into files of the same names and sizes. ``contents=False``: paths and counts only,
+        as states saved by earlier versions of the loader carry it
+        (:meth:`~mlm_pipeline.torch.MLMDataset.load_state_dict` accepts it)."""
+        blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances, *([s.sha256] if contents and s.sha256 else [])]
                            for s in self.shards]).encode()
-        return hashlib.sha256(blob).hexdigest()
-
-    def fingerprint_without_contents(self) -> str:
-        """The fingerprint of paths and counts only, as states saved by earlier versions of the
-        loader carry it (:meth:`~mlm_pipeline.torch.MLMDataset.load_state_dict` accepts it)."""
-        blob = json.dumps([[s.url.rsplit("/", 2)[-2:], s.instances] for s in self.shards]).encode()
         return hashlib.sha256(blob).hexdigest()
 
     def tokenizer(self, path: str | None = None, do_lower_case: bool | None = None):
