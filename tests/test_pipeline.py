@@ -119,6 +119,23 @@ def test_run_started_by_an_older_algorithm_is_not_resumed(tmp_path):
         run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
 
 
+def test_reference_run_of_the_earlier_tokenization_is_not_resumed(tmp_path):
+    """A reference run recorded before --reference classed characters by Python's tables would mix
+    two tokenizations; a default run never records the version, so none of its runs is refused."""
+    from mlm_pipeline.run.state import REFERENCE_TOKENIZATION
+
+    out = tmp_path / "o"
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], reference=True))
+    record = json.loads((out / "_run.json").read_text())
+    assert record["reference_tokenization"] == REFERENCE_TOKENIZATION
+    del record["reference_tokenization"]  # as the earlier version wrote it
+    (out / "_run.json").write_text(json.dumps(record))
+    with pytest.raises(OutputError, match=f"reference tokenization 1, now {REFERENCE_TOKENIZATION}"):
+        run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], reference=True))
+    run_prepare(config(tmp_path / "d", inputs=[str(SAMPLE_TEXT)]))
+    assert "reference_tokenization" not in json.loads((tmp_path / "d" / "_run.json").read_text())
+
+
 def test_missing_task_is_redone_identically(tmp_path):
     out = tmp_path / "o"
     first = run_prepare(config(out))

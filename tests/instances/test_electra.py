@@ -38,6 +38,8 @@ from mlm_pipeline.instances.electra import (
 )
 from mlm_pipeline.tokenize import load_tokenizer, read_google_vocab
 
+from .google_tokenizer import code_points_sample, electra_ids, electra_words
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden" / "electra"
 SAMPLE = ROOT / "sample"
@@ -436,60 +438,6 @@ def test_default_mode_empty_block_and_bad_settings():
 # The tokenizer flavor: ELECTRA's rules, written out plainly here as the oracle
 # --------------------------------------------------------------------------------------------
 
-_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-        (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-
-
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    return 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or unicodedata.category(ch)[0] == "P"
-
-
-def electra_words(text: str, lower: bool) -> list[str]:
-    """ELECTRA's BasicTokenizer (``strip_accents`` at its default, True)."""
-    cleaned = []
-    for ch in text:
-        if ch in "\t\n\r " or unicodedata.category(ch) == "Zs":
-            cleaned.append(" ")
-        elif ch in "\x00\ufffd" or unicodedata.category(ch)[0] == "C":
-            continue
-        elif any(lo <= ord(ch) <= hi for lo, hi in _CJK):
-            cleaned.append(f" {ch} ")
-        else:
-            cleaned.append(ch)
-    words = []
-    for word in "".join(cleaned).split():
-        if lower:
-            word = "".join(c for c in unicodedata.normalize("NFD", word.lower()) if unicodedata.category(c) != "Mn")
-        piece = ""
-        for ch in word:
-            if _is_punctuation(ch):
-                words += [piece, ch] if piece else [ch]
-                piece = ""
-            else:
-                piece += ch
-        if piece:
-            words.append(piece)
-    return words
-
-
-def electra_ids(text: str, vocab: dict[str, int], lower: bool) -> list[int]:
-    """ELECTRA's FullTokenizer: BasicTokenizer, then greedy longest-match WordPiece (200 chars)."""
-    out = []
-    for word in electra_words(text, lower):
-        pieces, start = [], 0
-        while len(word) <= 200 and start < len(word):
-            end = len(word)
-            while end > start and ("##" if start else "") + word[start:end] not in vocab:
-                end -= 1
-            if end == start:
-                break
-            pieces.append(("##" if start else "") + word[start:end])
-            start = end
-        out += [vocab[p] for p in pieces] if len(word) <= 200 and start == len(word) else [vocab["[UNK]"]]
-    return out
-
-
 ADVERSARIAL = [
     "Héllo WÖRLD, naïve café",  # accents: stripped only when lower-casing
     "ÅNGSTRÖM İstanbul ǅ",  # İ lower-cases to i + U+0307
@@ -548,25 +496,11 @@ def test_flavor_matches_electra_rules_on_the_golden_inputs(lower):
     assert got == [electra_ids(t, vocab, lower) for t in lines]
 
 
-def _code_points() -> list[int]:
-    """Every assigned code point (surrogates aside), and of the 830,000 unassigned ones (one
-    class, all deleted) the first and last of each run and every 61st."""
-    out = []
-    for cp in range(0x110000):
-        if 0xD800 <= cp < 0xE000:
-            continue
-        if unicodedata.category(chr(cp)) != "Cn":
-            out.append(cp)
-        elif cp % 61 == 0 or unicodedata.category(chr(cp - 1)) != "Cn" or cp == 0x10FFFF or unicodedata.category(chr(cp + 1)) != "Cn":
-            out.append(cp)
-    return out
-
-
 @pytest.mark.parametrize("lower", [True, False])
 def test_flavor_normalizes_every_code_point_like_electra(lower):
     """Each code point alone and between two letters, over all of Unicode (Python's tables)."""
     hf = load_tokenizer(str(ZH_EN_VOCAB), lower, "electra").tokenizer
-    code_points = _code_points()
+    code_points = code_points_sample()
     for start in range(0, len(code_points), 8192):
         text = " ".join(f"a{chr(cp)}b {chr(cp)}" for cp in code_points[start : start + 8192])
         words = [w for w, _ in hf.pre_tokenizer.pre_tokenize_str(hf.normalizer.normalize_str(text))]

@@ -10,9 +10,10 @@ from Python's text mode and from HF ``tokenizers`` in a few places that change i
   has no special-token matching);
 * words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's is 100);
 * a word-final capital sigma lower-cases to ``ς`` (Python's ``str.lower``, which Google uses);
-* a private-use character (U+E000-U+F8FF, planes 15 and 16) is kept, so its word becomes
-  ``[UNK]`` (HF's text cleaning drops it: it is swapped for a symbol that HF keeps and that no
-  vocab entry holds, which WordPiece cannot match either);
+* characters are classed by Python's ``unicodedata``, not HF's older tables: a private-use
+  character is kept (its word becomes ``[UNK]``), and some 760 marks, punctuation and format
+  characters of recent Unicode versions split otherwise. A sentence holding such a character is
+  encoded by Google's rules (``tokenize/google_rules.py``), every other one by the fast encoder;
 * a vocab id is its line number in ``vocab.txt``, and a piece is a continuation when its string
   starts with ``##``.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import unicodedata
 from typing import Iterable, Sequence
 
@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.instances.batch import lengths_to_offsets
 from mlm_pipeline.tokenize import TextTokenizer
+from mlm_pipeline.tokenize.google_rules import GoogleRulesRouter, google_rules_of
 from mlm_pipeline.tokenize.loading import CheckedEncoder
 from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 
@@ -93,20 +94,12 @@ def _reference_tokenizer(tokenizer: TextTokenizer) -> tuple[CheckedEncoder, bool
     return CheckedEncoder(tok, tokenizer.backend_info["requested"]), lowercases
 
 
-_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
-_STAND_INS = "\u2603\u2604\u2618\u2388\u2318"  # symbols (So) of Unicode 1.1-3.0: HF keeps them, splits nothing at them
-
-
 @functools.lru_cache(maxsize=4)
-def _private_use_stand_in(tokenizer: TextTokenizer) -> str | None:
-    """A character for HF to see where Google's tokenizer keeps a private-use character: one that
-    no vocab entry holds, so that its word, like Google's, matches no WordPiece and is ``[UNK]``.
-    None if the vocab holds every candidate, or holds private-use characters itself (then no
-    stand-in behaves the same)."""
-    held = set("".join(tokenizer.tokenizer.get_vocab()))
-    if any(_PRIVATE_USE.match(c) for c in held):
-        return None
-    return next((c for c in _STAND_INS if c not in held), None)
+def _google_router(tokenizer: TextTokenizer) -> GoogleRulesRouter | None:
+    """What routes sentences that HF's tables split otherwise than Google's (None when the
+    tokenizer is not Google's BERT tokenizer as HF writes it: then HF's splitting is kept)."""
+    rules = google_rules_of(json.loads(tokenizer.tokenizer.to_str()))
+    return None if rules is None else GoogleRulesRouter(_reference_tokenizer(tokenizer)[0].reference.tokenizer, *rules)
 
 
 def _google_lower(text: str) -> str:
@@ -140,14 +133,19 @@ def tokenize_reference_documents(
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
-    if (stand_in := _private_use_stand_in(tokenizer)) is not None:
-        sentences = [_PRIVATE_USE.sub(stand_in, s) if _PRIVATE_USE.search(s) else s for s in sentences]
     encoder.begin_task()  # each file's own first texts decide for it, whatever ran before in this process
     encoder.check_block(first_texts([sentences], check_budget(sum(map(len, sentences)))), where)
     flat, lengths = encoder.encode_batch(sentences)
     if backend is not None:
         backend.update(encoder.info)
     offsets = lengths_to_offsets(lengths).tolist()
+    router = _google_router(tokenizer)
+    if router is not None and (routed := router.routed(sentences)):
+        parts = [flat[offsets[j] : offsets[j + 1]] for j in range(len(sentences))]
+        for j, ids in zip(routed, router.encode([sentences[j] for j in routed])):
+            parts[j] = np.asarray(ids, dtype=flat.dtype)
+        flat = np.concatenate(parts)
+        offsets = lengths_to_offsets(np.array([len(p) for p in parts], dtype=np.int64)).tolist()
     out: list[list[np.ndarray]] = []
     k = 0
     for doc in documents:

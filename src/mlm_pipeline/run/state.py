@@ -43,6 +43,11 @@ the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end
 4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
 so a default run's tasks end elsewhere)."""
 
+REFERENCE_TOKENIZATION = 2
+"""Version of ``--reference``'s tokenization, recorded by reference runs only (2: characters are
+classed by Python's tables, as Google's tokenizer does, where 1 kept HF's on all but private-use
+characters); a reference run started under another is not resumed, so no output mixes the two."""
+
 
 class CompletedTasks:
     """The completed tasks of a run, with what the manifest needs of their markers: each task's
@@ -246,6 +251,8 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "input_fingerprints": input_fingerprints(plan, options=options),
         "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
+    if config.reference:
+        record["reference_tokenization"] = REFERENCE_TOKENIZATION
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True, options=options)
     return record
@@ -295,6 +302,9 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"the existing run was made by a version that builds other instances (algorithm "
             f"{existing.get('algorithm', 1)}, now {record['algorithm']}): finish it with that version"
         )
+    if (was := existing.get("reference_tokenization", 1 if config.reference else None)) != record.get("reference_tokenization"):
+        problems.append(f"the existing run was made by a version that tokenizes --reference input otherwise "
+                        f"(reference tokenization {was}, now {REFERENCE_TOKENIZATION}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
     repaired = ""

@@ -7,7 +7,7 @@
 from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, backend_names, register_backend
 from mlm_pipeline.tokenize.backends.hf import ENCODE_BATCH, encode_ids
-from mlm_pipeline.tokenize.electra import TOKENIZER_FLAVORS, read_google_vocab
+from mlm_pipeline.tokenize.google_rules import TOKENIZER_FLAVORS, read_google_vocab
 from mlm_pipeline.tokenize.loading import SpecialIds, TextTokenizer, case_mismatch, load_tokenizer
 
 __all__ = ["BACKENDS", "ENCODE_BATCH", "SpecialIds", "TOKENIZER_FLAVORS", "TextTokenizer", "TokenizerError",

@@ -6,7 +6,7 @@ switched off: instance building decides lengths, not the tokenizer.
 
 Two flavors of text normalization: ``bert`` (HF's ``BertNormalizer`` and ``BertPreTokenizer``, as
 stored or as ``BertWordPieceTokenizer`` builds them) and ``electra`` (google-research/electra's
-``FullTokenizer`` rules over the same WordPiece vocabulary; see ``tokenize/electra.py``).
+``FullTokenizer`` rules over the same WordPiece vocabulary; see ``tokenize/google_rules.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mlm_pipeline.environment import configure_process
 from mlm_pipeline.errors import ConfigError, TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
 from mlm_pipeline.tokenize.hub import hub_tokenizer_dir, looks_like_hub_name
-from mlm_pipeline.tokenize.electra import (
+from mlm_pipeline.tokenize.google_rules import (
     CAPITAL_SIGMA,
     TOKENIZER_FLAVORS,
     electra_lower,
