@@ -469,8 +469,7 @@ def train(
     layers: int = typer.Option(2, "--layers", help="Transformer layers."),
     hidden: int = typer.Option(128, "--hidden", help="Hidden size (the feed-forward size is 4x)."),
     heads: int = typer.Option(2, "--heads", help="Attention heads (must divide --hidden)."),
-    masking: Literal["auto", "static", "dynamic", "electra"] = typer.Option(
-        "auto", "--masking",
+    masking: Literal["auto", "static", "dynamic", "electra"] = typer.Option("auto", "--masking",
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
         "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
         "with replacement, 85% [MASK], 15% kept). auto: static if the shards are masked, else the objective's "
@@ -483,6 +482,7 @@ def train(
     shuffle_buffer: int = typer.Option(10_000, "--shuffle-buffer", help="Instances per shuffle window (also the loader's memory bound per worker)."),
     save_every: int = typer.Option(0, "--save-every", help="Also write checkpoints/step=N.ckpt every N steps (0: only checkpoints/last.ckpt at the end)."),
     resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer and data position (mid-epoch) up to --steps."),
+    overwrite_output_dir: bool = typer.Option(False, "--overwrite-output-dir", metavar="", help="Delete the checkpoints an earlier run left in --output-dir (without it, such a directory is refused unless --resume continues that run)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer (default: the one recorded in the manifest)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's choice; 1 on a shared machine)."),
 ) -> None:
@@ -500,7 +500,7 @@ def train(
         data=data_dir, steps=steps, batch_size=batch_size, lr=lr, layers=layers, hidden=hidden, heads=heads,
         masking=masking, whole_word_mask=whole_word_mask, seed=seed, output_dir=output_dir,
         num_workers=num_workers, shuffle_buffer=shuffle_buffer, save_every=save_every, resume=resume,
-        tokenizer=tokenizer, threads=threads,
+        overwrite_output_dir=overwrite_output_dir, tokenizer=tokenizer, threads=threads,
     )
     try:
         summary = train_main(config)

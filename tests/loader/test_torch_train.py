@@ -168,3 +168,29 @@ def test_a_resumed_run_keeps_the_epochs_of_an_uninterrupted_one(tmp_path):
     assert [r["epoch"] for r in full] == ["0"] * epoch + ["1"] * epoch + ["2"] * 3
     assert [(r["step"], r["epoch"], r["batch_crc"]) for r in resumed] == [
         (r["step"], r["epoch"], r["batch_crc"]) for r in full[epoch // 2:]]
+
+
+def test_a_second_run_into_one_output_dir_is_refused_or_replaces_the_first(short_out, tmp_path):
+    """The first run's step checkpoints would pass for the second's: refused (one line, exit 2),
+    replaced with --overwrite-output-dir; continuing the run in its own directory is allowed."""
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    args = ["train", short_out, "--batch-size", "4", "--layers", "1", "--hidden", "16", "--heads", "2",
+            "--threads", "1", "--shuffle-buffer", "64", "-o", str(tmp_path / "run")]
+    first = CliRunner().invoke(app, [*args, "--steps", "4", "--save-every", "1"])
+    assert first.exit_code == 0, first.output
+    folder = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt", "step=1.ckpt", "step=2.ckpt", "step=3.ckpt", "step=4.ckpt"]
+    again = CliRunner().invoke(app, [*args, "--steps", "2"], env={"COLUMNS": "300"})
+    assert again.exit_code == 2 and "Traceback" not in again.output
+    assert "holds the checkpoints of an earlier run (last.ckpt, step=1.ckpt, step=2.ckpt and 2 more)" in again.output
+    assert f"--resume {folder / 'last.ckpt'}" in again.output
+    assert len(list(folder.iterdir())) == 5
+    resumed = CliRunner().invoke(app, [*args, "--steps", "6", "--save-every", "3", "--resume", str(folder / "step=2.ckpt")])
+    assert resumed.exit_code == 0, resumed.output
+    replaced = CliRunner().invoke(app, [*args, "--steps", "2", "--overwrite-output-dir"])
+    assert replaced.exit_code == 0, replaced.output
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_step"] == 2

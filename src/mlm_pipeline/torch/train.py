@@ -58,6 +58,7 @@ class TrainConfig:
     eval_batches: int = 4
     save_every: int = 0  # also checkpoint every N steps (0: only at the end)
     resume: str | None = None  # a checkpoint to continue from
+    overwrite_output_dir: bool = False  # replace an earlier run's checkpoints in output_dir (else refused)
     tokenizer: str | None = None  # default: the one in the manifest
     threads: int | None = None  # torch.set_num_threads
     log_every: int = 10  # a loss line every N steps when no progress bar is shown (0: none)
@@ -276,6 +277,28 @@ def _check_masking(config: TrainConfig, dataset) -> None:
         raise ValueError(f"--whole-word-mask needs dynamic masking, and {how}: add --masking dynamic")
 
 
+def _earlier_checkpoints(out: Path, config: TrainConfig) -> None:
+    """Refuse, or with ``overwrite_output_dir`` delete, the checkpoints of another run in ``out``.
+
+    A run writes ``checkpoints/step=N.ckpt`` and ``last.ckpt``; another run's files left beside
+    them would pass for this run's. Continuing a run in its own directory (``resume`` from its
+    ``checkpoints/``) is not another run.
+    """
+    folder = out / "checkpoints"
+    if config.resume and Path(config.resume).resolve().parent == folder.resolve():
+        return
+    earlier = sorted(folder.glob("*.ckpt"))
+    if not earlier:
+        return
+    if not config.overwrite_output_dir:
+        names = ", ".join(p.name for p in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+        raise ValueError(f"{out} holds the checkpoints of an earlier run ({names}): continue that run with "
+                         f"--resume {folder / 'last.ckpt'}, train into another --output-dir, or replace it "
+                         "with --overwrite-output-dir")
+    for path in earlier:
+        path.unlink()
+
+
 def main(config: TrainConfig) -> dict:
     """Train, checkpoint and return the summary (also written to ``summary.json``)."""
     import pytorch_lightning as pl
@@ -287,6 +310,7 @@ def main(config: TrainConfig) -> dict:
     configure_process()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _earlier_checkpoints(out, config)
     pl.seed_everything(config.seed, workers=False, verbose=False)
 
     dataset = MLMDataset(config.data, shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer)
