@@ -157,6 +157,7 @@ def test_claim_on_a_local_directory(tmp_path, local_baseline):
     # every lease released with its lock file, no temporary file left
     left = [p.name for p in (tmp_path / "out").rglob("*") if p.name.endswith(".lock") or ".tmp-" in p.name]
     assert left == []
+    assert not (tmp_path / "out" / "_tmp").exists()  # removed by the worker that wrote the manifest
 
 
 def test_finalize_rewrites_a_local_manifest_from_markers(tmp_path, local_baseline):

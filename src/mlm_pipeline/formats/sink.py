@@ -130,6 +130,18 @@ def clean_tmp(output: str) -> None:
             fs.remove_write_leftovers(directory)
 
 
+def remove_empty_tmp(output: str) -> None:
+    """Remove a local output's ``_tmp/`` once its run is complete, if nothing is in it: workers
+    sharing a run (array, claim) keep it while others may write there, and the one that writes
+    the manifest removes it. A straggler still writing there (a task taken over from it) keeps
+    it, and its files are cleared by the next run's start."""
+    if fs.is_local(output):
+        try:
+            os.rmdir(layout.tmp_dir(fs.get_fs(output)[1]))
+        except OSError:  # absent, or not empty
+            pass
+
+
 class ShardSink:
     """Writes a task's instances into ``part-TASK-00000``, ``-00001``... of bounded size.
 

@@ -6,7 +6,7 @@
     OUTPUT/_plan.json                the tasks and input files (``finalize`` works from the output alone)
     OUTPUT/_tasks/TASK.json          a task's completion marker: its shards and stats (written last)
     OUTPUT/_leases/TASK.json         claim mode: which worker holds a task, until when
-    OUTPUT/_tmp/TASK-RANDOM.partial  a shard being written (local outputs; cleared when a run starts)
+    OUTPUT/_tmp/TASK-RANDOM.partial  a shard being written (local outputs; cleared when a run starts and ends)
     OUTPUT/shards/part-TASK-NNNNN.FORMAT   committed shards (the format's name is the extension)
     OUTPUT/pretrain_tfrecords/pretrain_data.tfrecord-I-of-N
                                      with --num-out-files: ELECTRA's output files instead of shards,

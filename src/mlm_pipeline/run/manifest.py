@@ -19,6 +19,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
+from mlm_pipeline.formats.sink import remove_empty_tmp
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -176,6 +177,7 @@ def finalize_if_complete(config: PrepareConfig, record: dict, plan: Plan) -> dic
     manifest = write_manifest_once(config, record, plan, done)
     if manifest is not None:
         log.info("all %d tasks complete: wrote %s", len(plan.tasks), layout.manifest_url(config.output))
+        remove_empty_tmp(config.output)
     return manifest
 
 
@@ -188,6 +190,7 @@ def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
     done = collect_completed(config, plan)
     manifest = write_manifest_once(config, record, plan, done, overwrite=force)
     if manifest is not None:
+        remove_empty_tmp(output)
         return manifest, True
     return read_manifest(output), False
 
