@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import SAMPLE_TEXT, VOCAB
+from conftest import SAMPLE_TEXT, VOCAB, WIKITEXT
 from mlm_pipeline.progress import Progress
 
 
@@ -102,6 +102,18 @@ def test_progress_line_says_how_the_run_ended():
     assert _final_line(None).endswith("tasks 1/2, done")
     assert _final_line(KeyboardInterrupt()).endswith("tasks 1/2, interrupted")
     assert _final_line(RuntimeError("task 3 failed")).endswith("tasks 1/2, stopped by an error")
+
+
+def test_progress_of_a_resumed_run_ends_at_its_tasks_planned_bytes(tmp_path):
+    """Two of six tasks run again: the last line shows their planned bytes, 100% (a task's reader
+    counts the documents it owns, which cross its range's edges: it ended at 99.5%)."""
+    out = tmp_path / "o"
+    args = ["prepare", WIKITEXT, "-o", out, "-t", VOCAB, "--split-size", "200KB", "--workers", "2"]
+    cli(*args, "--no-progress")
+    for name in ("00001.json", "00004.json", "manifest.json"):
+        (out / ("_tasks" if name[0] == "0" else "") / name).unlink()
+    last = [line for line in cli(*args, "--progress").stderr.splitlines() if line.startswith("prepare:")][-1]
+    assert last.startswith("prepare: 100.0% 0.4/0.4 MB,") and last.endswith("tasks 2/2, done"), last
 
 
 def test_report_says_what_a_run_did_not_count(tmp_path):

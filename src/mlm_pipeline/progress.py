@@ -76,7 +76,13 @@ class Progress:
         self._refresh()
 
     def task_done(self, marker: dict) -> None:
+        """A task is done: its bytes now count as its planned input bytes. A task's reader counts
+        the bytes of the documents it owns, which cross its range's edges (only the tasks of a
+        whole file tile it), so a resumed run, which runs some tasks, ended short of 100%."""
         self.tasks += 1
+        planned, read = marker.get("task", {}).get("input_bytes"), marker.get("stats", {}).get("bytes_read")
+        if planned is not None and read is not None:
+            self.bytes += planned - read
         self._refresh()
 
     def _refresh(self) -> None:
