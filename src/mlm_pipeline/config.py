@@ -262,7 +262,7 @@ class PrepareConfig(BaseModel):
     progress: bool = setting(True, "execution", "A progress bar on a terminal, log lines otherwise.", runtime=True)
     stall_seconds: float = setting(
         600.0, "execution", "A task silent this long is hung: its worker is ended and it runs "
-        "again (3 tries; not on Ray). 0: off.", runtime=True, ge=0, le=10_000_000)
+        "again (3 tries). 0: off.", runtime=True, ge=0, le=10_000_000)
 
     # scale-out: S3-compatible endpoint, array mode (this worker's share of the tasks) and claim
     # mode (workers take tasks through leases in the output)

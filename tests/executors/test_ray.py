@@ -209,3 +209,31 @@ def test_a_local_output_the_nodes_do_not_see_is_refused(ray_cluster, tmp_path):
     assert "nodes with CPUs do not see (at 127.0.0.1)" in res.stderr
     assert "Give an object-store URL" in res.stderr
     assert list(private.iterdir()) == []
+
+
+def test_a_hung_upload_on_ray_is_ended_and_its_task_run_again(ray_cluster, seaweedfs, local_baseline, monkeypatch):
+    """A Ray task runs under the stall alarm: the proxy holds the first shard upload for 30 s, the
+    task is interrupted after --stall-seconds 2 and runs again in its worker, and the run ends
+    well before the held request would have, with the local run's shards."""
+    import time
+
+    from faults.faulty_proxy import FaultyProxy
+    from mlm_pipeline.pipeline import run_prepare
+
+    for key, value in seaweedfs.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    proxy = FaultyProxy(seaweedfs.endpoint, ["slow"], budget=1, slow_seconds=30,
+                        only=lambda head: head.startswith(b"PUT ") and b"/shards/" in head.split(b"\r\n", 1)[0])
+    try:
+        out = seaweedfs.new_prefix("ray-stall")
+        config = make_config(INPUTS, out, executor="ray", ray_address=ray_cluster.address,
+                             s3_endpoint_url=proxy.endpoint, stall_seconds=2)
+        started = time.monotonic()
+        manifest = run_prepare(config, show_progress=False)
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    assert proxy.injected == {"slow": 1}
+    assert took < 30, took  # the held upload did not hold the run
+    assert comparable(manifest) == comparable(local_baseline)

@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process, freeze_inherited_objects, one_blas_thread
@@ -99,6 +99,31 @@ class _StallAlarm:
         (``SIG_DFL`` where it was not set from Python: ``getsignal`` gives None)."""
         self.active = False
         signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+
+
+def run_with_stall_alarm(task: Task, config: PrepareConfig, on_progress: ProgressFn | None = None, *,
+                         alive: Callable[[], None] = lambda: None) -> dict:
+    """``task`` in this process, run again (up to :data:`MAX_WORKER_DEATHS` times in all) when its
+    stall alarm (``config.stall_seconds``) ends it; :class:`TaskStalled` after the last try.
+    ``alive`` is called as each try starts and at each progress report."""
+    tid = task.task_id
+    for attempt in range(1, MAX_WORKER_DEATHS + 1):
+        alive()
+        with _StallAlarm(config.stall_seconds, tid) as alarm:
+
+            def progress(delta: dict) -> None:
+                alarm.rearm()
+                alive()
+                if on_progress is not None:
+                    on_progress(delta)
+
+            try:
+                return run_one(task, config, progress=progress)
+            except _Stalled as exc:
+                if attempt == MAX_WORKER_DEATHS:
+                    raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
+                log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
+    raise AssertionError("unreachable")
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -267,27 +292,13 @@ class TaskPool:
         return fut
 
     def _run_here(self, task: Task, on_progress: ProgressFn) -> dict:
-        """``task`` in this process, run again (up to :data:`MAX_WORKER_DEATHS` times in all) when
-        its stall alarm ends it."""
+        """``task`` in this process, under the stall alarm (:func:`run_with_stall_alarm`)."""
         tid = task.task_id
-        for attempt in range(1, MAX_WORKER_DEATHS + 1):
-            self._last_life[tid] = time.monotonic()
-            with _StallAlarm(self.stall_seconds, tid) as alarm:
-
-                def progress(delta: dict) -> None:
-                    alarm.rearm()
-                    self._last_life[tid] = time.monotonic()
-                    on_progress(delta)
-
-                try:
-                    return run_one(task, self.config, progress=progress)
-                except _Stalled as exc:
-                    if attempt == MAX_WORKER_DEATHS:
-                        raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
-                    log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
-                finally:
-                    self._last_life.pop(tid, None)
-        raise AssertionError("unreachable")
+        try:
+            return run_with_stall_alarm(task, self.config, on_progress,
+                                        alive=lambda: self._last_life.__setitem__(tid, time.monotonic()))
+        finally:
+            self._last_life.pop(tid, None)
 
     def _submit_to_pool(self, task: Task) -> Future:
         """The pool's future of ``task``. A pool a worker broke since the last ``wait`` refuses

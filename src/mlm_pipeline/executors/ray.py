@@ -26,6 +26,9 @@ Ray adds is where tasks run and what happens when a machine goes away:
   cannot stops the run. An object-store URL needs no check.
 * **Progress**: the driver waits on the task references and reports each finished task's bytes,
   documents and tokens.
+* **Hung tasks**: a task runs under the stall alarm, as a one-worker local run's does (a Ray task
+  runs on its worker's main thread): silent for ``--stall-seconds``, it is interrupted and runs
+  again in the same worker, up to 3 tries, then fails the run like any task error.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import StorageEnvironment, configure_process
 from mlm_pipeline.errors import OutputError, TaskFailed
-from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers, run_one
+from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers
+from mlm_pipeline.executors.local import run_with_stall_alarm
 from mlm_pipeline.plan import Task
 
 log = logging.getLogger("mlm_pipeline")
@@ -52,7 +56,7 @@ def _ray_task(task: Task, config: PrepareConfig, storage: StorageEnvironment | N
     """Body of one Ray task (runs in a Ray worker process, maybe on another machine), with the
     driver's S3 settings (``storage``) in its environment."""
     configure_process(config.s3_endpoint_url, runs_tasks=True, storage=storage)
-    return run_one(task, config)
+    return run_with_stall_alarm(task, config)
 
 
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
