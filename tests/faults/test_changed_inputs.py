@@ -177,3 +177,27 @@ def test_a_truncated_gzip_repaired_after_its_task_failed_finishes_the_run(tmp_pa
     (corpus / "a.txt").write_bytes((corpus / "a.txt").read_bytes() + b"One more line.\n")
     with pytest.raises(OutputError, match="the input files changed since the existing run started"):
         run_prepare(run_config(corpus, tmp_path / "out", **settings))
+
+
+def test_verify_inputs_finds_each_pieces_extent_once(own_corpus, tmp_path, monkeypatch):
+    """The record's two fingerprints (sampled, and SHA-256 with --verify-inputs) cover the same
+    extents: each piece's is found by reading once, not once per fingerprint."""
+    from collections import Counter
+
+    from mlm_pipeline.run.state import run_record, start_run
+    from mlm_pipeline.read import get_input_format
+
+    config = run_config(own_corpus, tmp_path / "out", verify_inputs=True)
+    plan = start_run(config).plan
+    fmt = type(get_input_format(plan.tasks[0].pieces[0].fmt))
+    calls: Counter = Counter()
+    found = fmt.read_extent
+
+    def counted(self, piece, options):
+        calls[piece] += 1
+        return found(self, piece, options)
+
+    monkeypatch.setattr(fmt, "read_extent", counted)
+    record = run_record(config, "tokenizer", plan)
+    assert set(record["input_sha256"]) == set(record["input_fingerprints"]) == {t.task_id for t in plan.tasks}
+    assert len(calls) >= 2 and set(calls.values()) == {1}  # (the text pieces: the corpus has other formats too)

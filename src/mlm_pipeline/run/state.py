@@ -199,13 +199,15 @@ rest of its last document past its end), sampled with where the range ends; reco
 key covered the range only, sampled with the file's size."""
 
 
-def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions | None = None) -> dict[str, str]:
+def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions | None = None,
+                       extents: dict | None = None) -> dict[str, str]:
     """Per task, a fingerprint of the input bytes it reads (:func:`~mlm_pipeline.fs.content_fingerprint`
     of each of its pieces: what a byte-range piece's reader depends on where its format knows it
     exactly (``read_extent`` under ``options``), else its range with the file's size, as earlier
     versions recorded every range (``options=None``); a whole file for other pieces, side files
-    included); 32 files at a time on an object store."""
-    extents: dict[Piece, tuple[int, int | None, bool]] = {}
+    included); 32 files at a time on an object store. ``extents``: the pieces' extents found by
+    an earlier call with the same ``options`` (filled in here), so that they are read once."""
+    extents = {} if extents is None else extents
 
     def extent(p: Piece) -> tuple[int, int | None, bool]:
         """(start, end, whether the file's size is part of it)"""
@@ -248,13 +250,13 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "plan_fingerprint": plan.fingerprint(),
         "tasks": len(plan.tasks),
         "input_extent": INPUT_EXTENT,
-        "input_fingerprints": input_fingerprints(plan, options=options),
+        "input_fingerprints": input_fingerprints(plan, options=options, extents=(extents := {})),
         "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
     if config.reference:
         record["reference_tokenization"] = REFERENCE_TOKENIZATION
     if config.verify_inputs:
-        record["input_sha256"] = input_fingerprints(plan, full=True, options=options)
+        record["input_sha256"] = input_fingerprints(plan, full=True, options=options, extents=extents)
     return record
 
 
