@@ -134,6 +134,11 @@ def test_reference_run_of_the_earlier_tokenization_is_not_resumed(tmp_path):
         run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], reference=True))
     run_prepare(config(tmp_path / "d", inputs=[str(SAMPLE_TEXT)]))
     assert "reference_tokenization" not in json.loads((tmp_path / "d" / "_run.json").read_text())
+    # switching --reference on or off is a changed setting, not another tokenization
+    for existing, now in ((tmp_path / "d", True), (out, False)):
+        with pytest.raises(OutputError, match=f"reference: {not now} in the existing run, {now} now") as refused:
+            run_prepare(config(existing, inputs=[str(SAMPLE_TEXT)], reference=now))
+        assert "reference tokenization" not in str(refused.value)
 
 
 def test_missing_task_is_redone_identically(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from mlm_pipeline.errors import TokenizerError
@@ -73,18 +75,42 @@ def test_private_use_characters_make_their_word_unk_like_googles_tokenizer(tok):
     assert tok.convert_ids_to_tokens(out[0][1]) == ["[UNK]", "and", "[UNK]", "."]
 
 
+@pytest.fixture(scope="module")
+def char_vocab(tmp_path_factory):
+    """A vocab of every code point of the sample, alone and as a ``##`` continuation: WordPiece
+    then cuts each word into its characters, so the ids show the words exactly (with a real vocab
+    two different words often both end as ``[UNK]``)."""
+    chars = [chr(cp) for cp in code_points_sample() if not chr(cp).isspace()]
+    path = tmp_path_factory.mktemp("char-vocab") / "vocab.txt"
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars)]) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def _mark_runs() -> list[str]:
+    """Runs of marks whose canonical order NFD decides: every mark kept by accent stripping that has
+    a combining class, a few that HF's older tables class otherwise, and non-spacing marks of low,
+    middle and high classes, in pairs and with a non-spacing mark between."""
+    kept = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp < 0xE000
+            and unicodedata.combining(chr(cp)) and unicodedata.category(chr(cp)) != "Mn"]
+    marks = kept + ["\u0334", "\u0301", "\u0345", "\u0898", "\U00011938", "\U00016fe4"]
+    return [f"a{x}{y}" for x in marks for y in marks] + [f"a{x}{m}{y}" for x in kept for m in marks for y in kept[:8]]
+
+
 @pytest.mark.parametrize("lower", [True, False])
-def test_every_code_point_tokenizes_like_googles_tokenizer(lower):
-    """Each code point between two letters and alone, over all of Unicode, gives the ids of
-    Google's FullTokenizer with Python's tables (the oracle in ``google_tokenizer.py``). HF's
-    tables alone differ on some 760 assigned characters and every private-use one."""
-    tokenizer = load_tokenizer(str(VOCAB), lower)
-    vocab = read_google_vocab(str(VOCAB))
-    sentences = [f"a{chr(cp)}b {chr(cp)}" for cp in code_points_sample()]
+def test_every_code_point_tokenizes_like_googles_tokenizer(lower, char_vocab):
+    """Each code point between two letters and alone, over all of Unicode, and runs of combining
+    marks give the words of Google's FullTokenizer with Python's tables (the oracle in
+    ``google_tokenizer.py``). HF's tables alone differ on some 760 assigned characters, every
+    private-use one, the capitals of Unicode 15-16 (Rust lower-cases them) and the order of marks
+    whose combining class they give otherwise."""
+    tokenizer = load_tokenizer(str(char_vocab), lower)
+    vocab = read_google_vocab(str(char_vocab))
+    sentences = [f"a{chr(cp)}b {chr(cp)}" for cp in code_points_sample()] + _mark_runs()
     got = tokenize_reference_documents([sentences], tokenizer)[0]
     assert len(got) == len(sentences)
     wrong = [s for s, ids in zip(sentences, got) if ids.tolist() != google_ids(s, vocab, lower, "bert")]
-    assert not wrong, f"{len(wrong)} code points, first U+{ord(wrong[0][1]):04X}"
+    assert not wrong, f"{len(wrong)} sentences, first {ascii(wrong[0])}"
 
 
 def test_sentences_of_recent_characters_mixed_with_plain_ones(tok):
@@ -110,3 +136,38 @@ def test_text_whose_characters_agree_is_never_routed():
     assert [tok.convert_ids_to_tokens(s)[:2] for s in out[0]] == [["cafe", "–"], ["ε", "##λ"], ["中", "国"]]
     assert router.routed(docs[0]) == [] and "google" not in vars(router)
     assert router.routed(["ab\ue000", "plain", "x\u2e43"]) == [0, 2]
+
+
+def test_a_vocab_without_unk_encodes_a_routed_sentence_google_can(tmp_path):
+    """Google's tokenizer deletes U+0890 (a format character HF's tables do not know): with a
+    vocab that has no [UNK], ``hello .`` is encoded, not refused for HF's sake."""
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nhello\n.\n", encoding="utf-8")
+    tokenizer = load_tokenizer(str(tmp_path / "vocab.txt"), True)
+    assert tokenize_reference_documents([["hello \u0890 ."]], tokenizer)[0][0].tolist() == [4, 5]
+
+
+def test_a_tokenizer_that_is_not_googles_is_warned_about(tmp_path, caplog):
+    """--reference splits like Google's only with Google's BERT tokenizer as HF writes it; another
+    (here: accents kept while lower-casing) gets one warning before any task. The bundled vocab
+    and the electra flavor (ELECTRA's rules by construction) get none."""
+    import logging
+
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.instances.reference_text import google_tokenizer_warning
+    from mlm_pipeline.run.state import start_run
+
+    custom = BertWordPieceTokenizer(str(VOCAB), lowercase=True, strip_accents=False)
+    custom.save(str(tmp_path / "tokenizer.json"))
+    other = load_tokenizer(str(tmp_path / "tokenizer.json"), True)
+    assert "is not Google's BERT tokenizer as HF writes it" in google_tokenizer_warning(other)
+    assert google_tokenizer_warning(load_tokenizer(str(VOCAB), True)) is None
+    assert google_tokenizer_warning(load_tokenizer(str(VOCAB), True, "electra")) is None
+    text = tmp_path / "in.txt"
+    text.write_text("Café au lait.\nNaïve art.\n\nSecond document here.\nIt has two lines.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        start_run(PrepareConfig(inputs=[str(text)], output=str(tmp_path / "o"), tokenizer=str(tmp_path / "tokenizer.json"),
+                                reference=True, progress=False))
+    assert [r.getMessage() for r in caplog.records if "--reference: the tokenizer" in r.getMessage()] == [
+        google_tokenizer_warning(other)]

@@ -93,6 +93,8 @@ class ReferenceMode:
     script that reads a whole directory). ``masking`` is the masking its output carries; a run in
     reference mode must ask for exactly that. ``num_out_files``: the script's fixed number of
     output files, the run's ``--num-out-files`` unless given (``None``: ordinary shards).
+    ``tokenizer_warning(tokenizer)``: why this tokenizer cannot give the script's tokens, if so
+    (``prepare`` warns once, before any task).
     """
 
     build: ReferenceFn
@@ -100,6 +102,7 @@ class ReferenceMode:
     masking: Masking
     help: str
     num_out_files: int | None = None
+    tokenizer_warning: Callable[[TextTokenizer], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.instances.base import ReferenceContext, ReferenceMode
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, sentence_pairs
 from mlm_pipeline.instances.reference_text import (
+    google_tokenizer_warning,
     read_reference_documents,
     reference_continuation_table,
     split_reference_lines,
@@ -511,4 +512,5 @@ BERT_REFERENCE = ReferenceMode(
     unit="file",
     masking="static",
     help="google-research/bert create_pretraining_data.py, run on each input file alone",
+    tokenizer_warning=google_tokenizer_warning,
 )

@@ -10,10 +10,12 @@ from Python's text mode and from HF ``tokenizers`` in a few places that change i
   has no special-token matching);
 * words longer than 200 characters become ``[UNK]`` (Google's WordPiece limit, HF's is 100);
 * a word-final capital sigma lower-cases to ``ς`` (Python's ``str.lower``, which Google uses);
-* characters are classed by Python's ``unicodedata``, not HF's older tables: a private-use
-  character is kept (its word becomes ``[UNK]``), and some 760 marks, punctuation and format
-  characters of recent Unicode versions split otherwise. A sentence holding such a character is
-  encoded by Google's rules (``tokenize/google_rules.py``), every other one by the fast encoder;
+* characters are classed, lower-cased and decomposed by Python's ``unicodedata``, not HF's
+  tables: a private-use character is kept (its word becomes ``[UNK]``), some 760 marks,
+  punctuation and format characters of recent Unicode versions split otherwise, 55 capitals of
+  Unicode 15-16 stay as they are, and runs of combining marks keep Python's canonical order. A
+  sentence holding such a character is encoded by Google's rules with Python's tables
+  (``tokenize/google_rules.py``), every other one by the fast encoder;
 * a vocab id is its line number in ``vocab.txt``, and a piece is a continuation when its string
   starts with ``##``.
 """
@@ -102,6 +104,18 @@ def _google_router(tokenizer: TextTokenizer) -> GoogleRulesRouter | None:
     return None if rules is None else GoogleRulesRouter(_reference_tokenizer(tokenizer)[0].reference.tokenizer, *rules)
 
 
+def google_tokenizer_warning(tokenizer: TextTokenizer) -> str | None:
+    """Why ``tokenizer`` cannot give the tokens of Google's tokenizer, if so: it is not Google's
+    BERT tokenizer as HF writes it (``google_rules.google_rules_of``), so it splits by its own
+    rules. None for the ``electra`` flavor, which follows ELECTRA's tokenizer by construction."""
+    if tokenizer.flavor != "bert" or _google_router(tokenizer) is not None:
+        return None
+    return (f"--reference: the tokenizer {tokenizer.path} is not Google's BERT tokenizer as HF writes it "
+            "(BertNormalizer cleaning text and spacing CJK, stripping accents exactly when lower-casing; "
+            "BertPreTokenizer; WordPiece), so its own rules split the text: the instances follow "
+            "create_pretraining_data.py's algorithm on this tokenizer's tokens, not its output")
+
+
 def _google_lower(text: str) -> str:
     """Lower-case like Google's BasicTokenizer: Python's ``str.lower`` after its text cleaning.
 
@@ -133,18 +147,21 @@ def tokenize_reference_documents(
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
+    router = _google_router(tokenizer)
+    routed = set(router.routed(sentences)) if router is not None else set()
+    # the fast encoder never sees a routed sentence (HF's tables may need an [UNK] there)
+    fast = [s for j, s in enumerate(sentences) if j not in routed] if routed else sentences
     encoder.begin_task()  # each file's own first texts decide for it, whatever ran before in this process
-    encoder.check_block(first_texts([sentences], check_budget(sum(map(len, sentences)))), where)
-    flat, lengths = encoder.encode_batch(sentences)
+    encoder.check_block(first_texts([fast], check_budget(sum(map(len, fast)))), where)
+    flat, lengths = encoder.encode_batch(fast) if fast else (np.zeros(0, np.int32), np.zeros(0, np.int64))
     if backend is not None:
         backend.update(encoder.info)
     offsets = lengths_to_offsets(lengths).tolist()
-    router = _google_router(tokenizer)
-    if router is not None and (routed := router.routed(sentences)):
-        parts = [flat[offsets[j] : offsets[j + 1]] for j in range(len(sentences))]
-        for j, ids in zip(routed, router.encode([sentences[j] for j in routed])):
-            parts[j] = np.asarray(ids, dtype=flat.dtype)
-        flat = np.concatenate(parts)
+    if routed:
+        google = iter(router.encode([s for j, s in enumerate(sentences) if j in routed]))
+        fast_ids = (flat[offsets[j] : offsets[j + 1]] for j in range(len(fast)))
+        parts = [next(google) if j in routed else next(fast_ids) for j in range(len(sentences))]
+        flat = np.concatenate(parts).astype(flat.dtype, copy=False)
         offsets = lengths_to_offsets(np.array([len(p) for p in parts], dtype=np.int64)).tolist()
     out: list[list[np.ndarray]] = []
     k = 0

@@ -32,6 +32,7 @@ from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer
 from mlm_pipeline.formats.sink import clean_tmp
+from mlm_pipeline.instances import get_objective
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -168,9 +169,10 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":
         log.warning("--do-lower-case/--no-do-lower-case has no effect with %s: a tokenizer.json lower-cases "
                     "or not by its own normalizer", config.tokenizer)
+    if config.reference and (check := get_objective(config.objective).reference.tokenizer_warning) is not None:
+        if (warning := check(tok)) is not None:
+            log.warning("%s", warning)
     if config.do_whole_word_mask and config.masking != "static":
-        from mlm_pipeline.instances import get_objective
-
         how = ("; mask whole words when loading them (dataset.collator(whole_word_mask=True))"
                if get_objective(config.objective).load_masking == "dynamic" else "")
         log.warning("--do-whole-word-mask has no effect with --masking %s: the shards hold no masks%s",
@@ -304,7 +306,8 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"the existing run was made by a version that builds other instances (algorithm "
             f"{existing.get('algorithm', 1)}, now {record['algorithm']}): finish it with that version"
         )
-    if (was := existing.get("reference_tokenization", 1 if config.reference else None)) != record.get("reference_tokenization"):
+    was = existing.get("reference_tokenization", 1)
+    if config.reference and old.get("reference") and was != record["reference_tokenization"]:  # (a switch is a setting's)
         problems.append(f"the existing run was made by a version that tokenizes --reference input otherwise "
                         f"(reference tokenization {was}, now {REFERENCE_TOKENIZATION}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:

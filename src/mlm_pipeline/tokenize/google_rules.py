@@ -5,9 +5,13 @@ character with Python's ``unicodedata``, while HF's ``BertNormalizer``/``BertPre
 their own, older Unicode tables: on some 760 assigned characters (marks, punctuation and format
 characters of recent Unicode versions, the last CJK extension) and on private-use characters the
 two tokenize differently. This module spells each of Google's character classes out as an
-explicit code-point class built from ``unicodedata``, so the HF tokenizer it builds splits like
-Google's on every code point. It serves the ``electra`` flavor, and ``--reference`` for the
-sentences that HF's tables would split otherwise (``instances/reference_text.py``).
+explicit code-point class built from ``unicodedata``. Two steps remain HF's unless the text comes
+lower-cased and in NFD by Python (``normalized_in_python``): lower-casing (Rust's case mappings,
+of a newer Unicode than Python 3.11's: 55 capitals Python does not know) and NFD (older canonical
+combining classes, which order some runs of marks otherwise). ``--reference`` uses it that way for
+the sentences HF's tables would split otherwise (:class:`GoogleRulesRouter`); the ``electra``
+flavor uses HF's two steps, so it differs from ELECTRA's tokenizer on those capitals and runs of
+marks (tested equal on every other code point).
 """
 
 from __future__ import annotations
@@ -94,9 +98,9 @@ def _onig_class(runs: list[tuple[int, int]]) -> str:
     return "[" + "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in runs) + "]"
 
 
-@functools.lru_cache(maxsize=1)
-def _electra_deletions() -> re.Pattern:
-    runs = google_char_classes("electra")["delete"]
+@functools.lru_cache(maxsize=2)
+def _deletions(cleaning: str) -> re.Pattern:
+    runs = google_char_classes(cleaning)["delete"]
     return re.compile("[" + "".join(re.escape(chr(a)) + ("" if a == b else "-" + re.escape(chr(b))) for a, b in runs) + "]+")
 
 
@@ -106,7 +110,14 @@ def electra_lower(text: str) -> str:
     Lower-casing the whole cleaned text equals Google's word-by-word lower-casing: whitespace is
     neither cased nor case-ignorable, so it bounds a final-sigma context just like a word end.
     """
-    return _electra_deletions().sub("", text).lower()
+    return _deletions("electra").sub("", text).lower()
+
+
+def google_normalized(text: str, cleaning: str) -> str:
+    """Google's cleaning (deletions only), lower-casing and NFD, all by Python's tables, for the
+    tokenizer built with ``normalized_in_python``. On the whole text, as on each word: whitespace
+    neither is cased nor combines, so it bounds a final sigma and canonical reordering alike."""
+    return unicodedata.normalize("NFD", _deletions(cleaning).sub("", text).lower())
 
 
 def read_google_vocab(path: str) -> dict[str, int]:
@@ -126,25 +137,28 @@ def read_google_vocab(path: str) -> dict[str, int]:
 
 
 def google_rules_tokenizer(
-    vocab: dict[str, int], lowercase: bool, cleaning: str, *, unk_token: str = "[UNK]", prefix: str = "##"
+    vocab: dict[str, int], lowercase: bool, cleaning: str, *, unk_token: str = "[UNK]", prefix: str = "##",
+    normalized_in_python: bool = False,
 ) -> Tokenizer:
     """An HF tokenizer applying Google's ``FullTokenizer`` rules (``cleaning``: BERT's or
     ELECTRA's) to a WordPiece ``vocab``.
 
     Accents are stripped exactly when lower-casing (as Google's tokenizer does). Capital sigmas
-    must be lower-cased before (see above).
+    must be lower-cased before (see above). ``normalized_in_python``: texts come lower-cased and
+    in NFD by Python's tables (:func:`google_normalized`), so HF's own (Rust's newer case
+    mappings, older canonical combining classes) do not take part.
     """
-    if unk_token not in vocab:
-        raise TokenizerError(f"Google's tokenizer rules need a vocabulary with {unk_token}")
     classes = google_char_classes(cleaning)
     steps = [
         normalizers.Replace(Regex(_onig_class(classes["delete"])), ""),
         normalizers.Replace(Regex(_onig_class(classes["space"])), " "),
     ]
-    if lowercase:
+    if lowercase and not normalized_in_python:
         steps.append(normalizers.Lowercase())
         steps += [normalizers.Replace(c, unicodedata.normalize("NFD", c)) for c in _NFD_PATCHES]
-        steps += [normalizers.NFD(), normalizers.Replace(Regex(_onig_class(classes["mark"])), "")]
+        steps.append(normalizers.NFD())
+    if lowercase:
+        steps.append(normalizers.Replace(Regex(_onig_class(classes["mark"])), ""))
     tok = Tokenizer(
         models.WordPiece(
             vocab=dict(vocab), unk_token=unk_token, continuing_subword_prefix=prefix,
@@ -213,25 +227,39 @@ def bert_words(text: str, lowercase: bool) -> list[str]:
     return words
 
 
+def _may_reorder(ch: str) -> bool:
+    """Whether NFD may order ``ch`` among its neighbours otherwise by HF's tables than by Python's.
+
+    Only marks that survive accent stripping can show an order (a non-spacing mark is dropped
+    after NFD): those with a combining class, which Python's tables and HF's older ones may give
+    differently, and characters Python's tables leave unassigned, which HF's may know as marks."""
+    cat = unicodedata.category(ch)
+    return cat == "Cn" or (cat != "Mn" and unicodedata.combining(ch) != 0)
+
+
 class GoogleRulesRouter:
     """Finds the texts that an HF BERT tokenizer splits otherwise than Google's tokenizer, and
-    encodes those by Google's rules.
+    encodes those by Google's rules with Python's tables.
 
-    The two differ only through their character tables, so they differ on a text exactly when it
-    holds a character they class differently. Which characters do is learnt once per character,
-    when a text first holds it: HF splits ``a<c>b <c>`` (many probes in one call) and
-    :func:`bert_words` splits it in Python; a character whose words differ is routed. Texts of
-    ASCII only are never routed (the tables agree on ASCII, checked when the router is built).
-    The tokenizer that encodes routed texts is built when the first one comes (about 0.2 s).
+    The two tokenize a character alike or not whatever surrounds it, with two exceptions: a final
+    capital sigma (lower-cased by Python before either sees the text) and the order NFD gives a
+    run of combining marks when lower-casing. So a text is routed when it holds a character the
+    two split differently, learnt once per character when a text first holds it (HF splits
+    ``a<c>b <c>``, many probes in one call, and :func:`bert_words` splits it in Python), or, when
+    lower-casing, one whose canonical reordering may differ (:func:`_may_reorder`). Routed texts
+    are cleaned, lower-cased and put in NFD by Python (:func:`google_normalized`). Texts of ASCII
+    only are never routed (the tables agree on ASCII, checked when the router is built). The
+    tokenizer that encodes routed texts is built when the first one comes (about 0.2 s).
     """
 
     _SEPARATOR = "|"  # ASCII punctuation: its own word in both, and no other character normalizes to it
     _CHUNK = 1 << 16  # texts scanned at once: bounds the code-point arrays
+    _ENCODE_CHUNK = 4096  # texts encoded at once: HF's encodings of a call are all held until it returns
 
     def __init__(self, hf: Tokenizer, vocab: dict[str, int], lowercase: bool, unk_token: str, prefix: str):
         self.hf = hf
         self._google_args = (vocab, lowercase, "bert")
-        self._google_kwargs = {"unk_token": unk_token, "prefix": prefix}
+        self._google_kwargs = {"unk_token": unk_token, "prefix": prefix, "normalized_in_python": True}
         self.lowercase = lowercase
         self.known = np.zeros(0x110000, dtype=bool)
         self.differs = np.zeros(0x110000, dtype=bool)
@@ -265,7 +293,8 @@ class GoogleRulesRouter:
             hf = self._hf_words(chars)
             if hf is None:  # a probe made a separator: one at a time, and None routes
                 hf = [(self._hf_words([c]) or [None])[0] for c in chars]
-            self.differs[cps] = [w != bert_words(f"a{c}b {c}", self.lowercase) for c, w in zip(chars, hf)]
+            self.differs[cps] = [w != bert_words(f"a{c}b {c}", self.lowercase) or (self.lowercase and _may_reorder(c))
+                                 for c, w in zip(chars, hf)]
             self.known[cps] = True
 
     def routed(self, texts: list[str]) -> list[int]:
@@ -283,6 +312,12 @@ class GoogleRulesRouter:
             out += [chunk[k] for k in np.flatnonzero(hits)]
         return out
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Ids by Google's rules (no special tokens)."""
-        return [e.ids for e in self.google.encode_batch(texts, add_special_tokens=False)]
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Each text's ids (int32) by Google's rules with Python's tables (no special tokens)."""
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self._ENCODE_CHUNK):
+            chunk = texts[start : start + self._ENCODE_CHUNK]
+            if self.lowercase:
+                chunk = [google_normalized(t, "bert") for t in chunk]
+            out += [np.asarray(e.ids, dtype=np.int32) for e in self.google.encode_batch(chunk, add_special_tokens=False)]
+        return out
