@@ -9,9 +9,10 @@ explicit code-point class built from ``unicodedata``. Two steps remain HF's unle
 lower-cased and in NFD by Python (``normalized_in_python``): lower-casing (Rust's case mappings,
 of a newer Unicode than Python 3.11's: 55 capitals Python does not know) and NFD (older canonical
 combining classes, which order some runs of marks otherwise). ``--reference`` uses it that way for
-the sentences HF's tables would split otherwise (:class:`GoogleRulesRouter`); the ``electra``
-flavor uses HF's two steps, so it differs from ELECTRA's tokenizer on those capitals and runs of
-marks (tested equal on every other code point).
+the sentences HF's tables would split otherwise (:class:`GoogleRulesRouter`). The ``electra``
+flavor uses HF's two steps: ELECTRA's cleaning deletes the characters Python leaves unassigned,
+those capitals among them, so it differs from ELECTRA's tokenizer only on runs of two or more
+spacing marks with a combining class where a mark of Unicode 13 or 14 takes part.
 """
 
 from __future__ import annotations
