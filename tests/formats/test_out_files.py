@@ -34,3 +34,21 @@ def test_every_instance_lands_in_file_n_mod_n(tmp_path, batches):
         numbers = features["input_ids"][:, 0].tolist() if features else []
         assert numbers == list(range(i, start, files)), i
 
+
+
+def test_a_sink_whose_tmp_dir_was_removed_meanwhile_writes_its_shards(tmp_path):
+    """In array and claim modes the worker that writes the manifest removes an empty ``_tmp/``,
+    while another may still run a task taken over from it, its sink made but no file open yet
+    (before its first write, or between two shards): opening the next file makes ``_tmp/`` again
+    rather than fail the task."""
+    from mlm_pipeline.formats.sink import ShardSink, remove_empty_tmp
+
+    sink = ShardSink(str(tmp_path), "00003", fmt="tfrecord", max_instances_per_shard=5, max_seq_length=4,
+                     max_predictions=0)
+    remove_empty_tmp(str(tmp_path))  # no file open yet: the finisher removes it
+    assert not (tmp_path / "_tmp").exists()
+    sink.write(numbered(0, 5))  # a full shard: committed, so no file is open again
+    remove_empty_tmp(str(tmp_path))
+    sink.write(numbered(5, 3))
+    shards = sink.close()
+    assert [s["instances"] for s in shards] == [5, 3]

@@ -26,13 +26,24 @@ from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
 
 
+def open_in_tmp(path: str, mode: str):
+    """Open a file in ``_tmp/``, making the directory again if it is gone: the worker that wrote a
+    shared run's manifest removes it when empty (:func:`remove_empty_tmp`), while another worker
+    may still be running a task taken over from it."""
+    try:
+        return open(path, mode)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, mode)
+
+
 class HashingFile(io.RawIOBase):
     """A local file opened for writing that computes its SHA-256 as the bytes go through, so a
     finished shard need not be read back to be hashed for the manifest."""
 
     def __init__(self, path: str):
         super().__init__()
-        self._f = open(path, "wb")
+        self._f = open_in_tmp(path, "wb")
         self._sha256 = hashlib.sha256()
         self._position = 0
 
@@ -133,8 +144,9 @@ def clean_tmp(output: str) -> None:
 def remove_empty_tmp(output: str) -> None:
     """Remove a local output's ``_tmp/`` once its run is complete, if nothing is in it: workers
     sharing a run (array, claim) keep it while others may write there, and the one that writes
-    the manifest removes it. A straggler still writing there (a task taken over from it) keeps
-    it, and its files are cleared by the next run's start."""
+    the manifest removes it. A straggler still running a task taken over from it keeps it while a
+    file is open there, and makes it again to open the next (:func:`open_in_tmp`); what it leaves
+    is cleared by the next run's start."""
     if fs.is_local(output):
         try:
             os.rmdir(layout.tmp_dir(fs.get_fs(output)[1]))
@@ -284,7 +296,7 @@ class OutFilesSink:
         self.sizes = [0] * len(self.indices)
         self.next = 0  # the file the next instance goes to (an index into ``self.indices``)
         for path in self.tmp_paths:
-            open(path, "wb").close()
+            open_in_tmp(path, "wb").close()
 
     def write(self, batch: InstanceBatch) -> None:
         m = len(self.indices)
