@@ -231,3 +231,31 @@ def test_a_task_given_to_a_pool_a_worker_broke_since_the_last_wait_runs_in_a_new
         assert sorted(f.result()["task_id"] for f in done) == sorted([first.task_id, second.task_id])
     finally:
         pool.close(cancel=True)
+
+
+def test_an_alarm_going_off_as_a_task_returns_keeps_the_task_and_later_alarms(tmp_path, monkeypatch):
+    """The stall alarm may go off after the task's body, as the alarm's ``with`` exits: the task's
+    marker is kept (not run again, not failed), and the handler is the previous one again, so the
+    next task in this process (a Ray worker runs many) has its alarm."""
+    import signal
+
+    from mlm_pipeline.executors import local
+    from mlm_pipeline.plan import Task
+
+    marker = {"task_id": "00000"}
+    monkeypatch.setattr(local, "run_one", lambda task, config, progress=None: marker)
+    exit_once = local._StallAlarm.__exit__
+    fired = []
+
+    def exit_with_the_signal_arriving(self, *exc):
+        if not fired:
+            fired.append(True)
+            self._fire(signal.SIGALRM, None)  # as the kernel's signal would, at this point
+        return exit_once(self, *exc)
+
+    monkeypatch.setattr(local._StallAlarm, "__exit__", exit_with_the_signal_arriving)
+    config = make_config(INPUTS, tmp_path / "out", stall_seconds=30)
+    task = Task(task_id="00000", index=0, pieces=(), input_bytes=0)
+    assert local.run_with_stall_alarm(task, config) is marker and fired
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+    assert local._StallAlarm(30, "00001").active

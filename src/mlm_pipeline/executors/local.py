@@ -53,7 +53,7 @@ class TaskStalled(RuntimeError):
 class _Stalled(BaseException):
     """Raised by the stall alarm inside a task: a ``BaseException``, so that no ``except Exception``
     of the reading code (a decompressor's or Parquet's "corrupt input" wrappers) takes it for an
-    error of the input; :meth:`TaskPool._run_here` catches it."""
+    error of the input; :func:`run_with_stall_alarm` catches it."""
 
 
 class _StallAlarm:
@@ -73,6 +73,10 @@ class _StallAlarm:
 
     def _fire(self, signum, frame) -> None:
         if self.active:
+            # the previous handler back before raising: the exception may leave ``with`` from any
+            # point, ``__exit__`` included, and a handler left behind would keep every later
+            # alarm of this process off (a Ray worker runs many tasks)
+            self._restore()
             raise _Stalled(f"task {self.task_id} showed no progress for {self.seconds:g} s (--stall-seconds)")
 
     def __enter__(self) -> "_StallAlarm":
@@ -109,20 +113,24 @@ def run_with_stall_alarm(task: Task, config: PrepareConfig, on_progress: Progres
     tid = task.task_id
     for attempt in range(1, MAX_WORKER_DEATHS + 1):
         alive()
-        with _StallAlarm(config.stall_seconds, tid) as alarm:
+        marker = None
+        try:  # (around ``with``: the alarm may also go off as the task returns, in ``__exit__``)
+            with _StallAlarm(config.stall_seconds, tid) as alarm:
 
-            def progress(delta: dict) -> None:
-                alarm.rearm()
-                alive()
-                if on_progress is not None:
-                    on_progress(delta)
+                def progress(delta: dict) -> None:
+                    alarm.rearm()
+                    alive()
+                    if on_progress is not None:
+                        on_progress(delta)
 
-            try:
-                return run_one(task, config, progress=progress)
-            except _Stalled as exc:
-                if attempt == MAX_WORKER_DEATHS:
-                    raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
-                log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
+                marker = run_one(task, config, progress=progress)
+            return marker
+        except _Stalled as exc:
+            if marker is not None:  # it went off after the task was done
+                return marker
+            if attempt == MAX_WORKER_DEATHS:
+                raise TaskStalled(f"{exc}; it stalled {attempt} times, giving up") from None
+            log.warning("%s; running it again (%d of %d)", exc, attempt + 1, MAX_WORKER_DEATHS)
     raise AssertionError("unreachable")
 
 
