@@ -116,6 +116,25 @@ def test_progress_of_a_resumed_run_ends_at_its_tasks_planned_bytes(tmp_path):
     assert last.startswith("prepare: 100.0% 0.4/0.4 MB,") and last.endswith("tasks 2/2, done"), last
 
 
+def test_progress_counts_a_task_run_again_once_and_never_goes_back():
+    """Task a reports part of a first try, dies, and reports its whole second try; task b reads
+    past its range: each task ends at its final counts, counted once, and the bytes shown never
+    decrease (they did: a task brought back to its planned bytes)."""
+    stream = io.StringIO()
+    mb = 1_000_000
+    with Progress(total_bytes=10 * mb, total_tasks=2, enabled=True, stream=stream, interval=0) as progress:
+        progress.update({"bytes": 3 * mb, "documents": 3, "tokens": 90, "_task": "a"})  # the first try
+        progress.update({"bytes": 4.8 * mb, "documents": 5, "tokens": 150, "_task": "a"})  # the second, whole
+        progress.task_done({"task_id": "a", "task": {"input_bytes": 5 * mb},
+                            "stats": {"bytes_read": 4.8 * mb, "documents_read": 5, "tokens": 150}})
+        progress.update({"bytes": 5.3 * mb, "documents": 4, "tokens": 100, "_task": "b"})
+        progress.task_done({"task_id": "b", "task": {"input_bytes": 5 * mb},
+                            "stats": {"bytes_read": 5.3 * mb, "documents_read": 4, "tokens": 100}})
+    lines = stream.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["3.0/10.0", "7.8/10.0", "7.8/10.0", "10.0/10.0", "10.0/10.0", "10.0/10.0"]
+    assert lines[-1].startswith("prepare: 100.0% 10.0/10.0 MB, 9 docs,") and lines[-1].endswith("tasks 2/2, done")
+
+
 def test_report_says_what_a_run_did_not_count(tmp_path):
     """Reference mode does not count short targets or truncated pairs: the report says so rather
     than showing 0; an output without masks says the loader masks, not "0 masked tokens"."""

@@ -21,6 +21,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from mlm_pipeline.executors.base import PROGRESS_TASK
+
 REDRAW_SECONDS = 0.1
 
 
@@ -34,6 +36,8 @@ class Progress:
         self.stream = stream
         self.interval = interval
         self.bytes = self.documents = self.tokens = self.tasks = 0
+        self._shown_bytes = 0  # the bar never goes back
+        self._by_task: dict[str, list[int]] = {}  # running task -> its bytes, documents, tokens so far
         self.start = time.time()
         self._last_line = self.start
         self._console = Console(file=stream)
@@ -70,20 +74,39 @@ class Progress:
         return f"{self.tasks}/{self.total_tasks}"
 
     def update(self, delta: dict) -> None:
-        self.bytes += int(delta.get("bytes", 0))
-        self.documents += int(delta.get("documents", 0))
-        self.tokens += int(delta.get("tokens", 0))
+        counts = [int(delta.get(k, 0)) for k in ("bytes", "documents", "tokens")]
+        if (task := delta.get(PROGRESS_TASK)) is not None:
+            so_far = self._by_task.setdefault(task, [0, 0, 0])
+            so_far[:] = [a + b for a, b in zip(so_far, counts)]
+        self._add(*counts)
         self._refresh()
 
+    def _add(self, nbytes: int, documents: int, tokens: int) -> None:
+        self.bytes += nbytes
+        self.documents += documents
+        self.tokens += tokens
+
     def task_done(self, marker: dict) -> None:
-        """A task is done: its bytes now count as its planned input bytes. A task's reader counts
-        the bytes of the documents it owns, which cross its range's edges (only the tasks of a
-        whole file tile it), so a resumed run, which runs some tasks, ended short of 100%."""
+        """A task is done: what it counted, over all its tries, is replaced by its final counts,
+        its bytes by its planned input bytes. A task's reader counts the bytes of the documents it
+        owns, which cross its range's edges (only the tasks of a whole file tile it), so a resumed
+        run, which runs some tasks, ended short of 100%; a task run again (its worker died, it
+        stalled) counted its first try's documents twice."""
         self.tasks += 1
-        planned, read = marker.get("task", {}).get("input_bytes"), marker.get("stats", {}).get("bytes_read")
-        if planned is not None and read is not None:
-            self.bytes += planned - read
+        stats = marker.get("stats", {})
+        reported = self._by_task.pop(marker.get("task_id"), None)
+        if reported is None:  # an executor that does not name tasks: its last try's counts
+            reported = [stats.get("bytes_read", 0), stats.get("documents_read", 0), stats.get("tokens", 0)]
+        final = [marker.get("task", {}).get("input_bytes", reported[0]), stats.get("documents_read", reported[1]),
+                 stats.get("tokens", reported[2])]
+        self._add(*(f - r for f, r in zip(final, reported)))
         self._refresh()
+
+    def _shown(self) -> int:
+        """Bytes to show: the count, never less than shown before (a task that read past its
+        range is brought back to its planned bytes when it ends), never above the total."""
+        self._shown_bytes = min(self.total_bytes, max(self._shown_bytes, self.bytes))
+        return self._shown_bytes
 
     def _refresh(self) -> None:
         if not self.enabled:
@@ -92,7 +115,7 @@ class Progress:
         if self._bar is not None:
             self._bar.update(
                 self._task,
-                completed=min(self.bytes, self.total_bytes),
+                completed=self._shown(),
                 docs=self.documents,
                 tps=self.tokens / elapsed,
                 tasks=self._tasks_text(),
@@ -107,10 +130,11 @@ class Progress:
     def _line(self, final: str = "") -> None:
         """A progress line; ``final``: how the run ended (``done``, ``interrupted`` ...), else an ETA."""
         elapsed = max(1e-9, time.time() - self.start)
-        frac = min(1.0, self.bytes / self.total_bytes)
+        shown = self._shown()
+        frac = shown / self.total_bytes
         eta = (elapsed / frac - elapsed) if frac > 0 else float("nan")
         print(
-            f"prepare: {frac:6.1%} {self.bytes / 1e6:,.1f}/{self.total_bytes / 1e6:,.1f} MB, "
+            f"prepare: {frac:6.1%} {shown / 1e6:,.1f}/{self.total_bytes / 1e6:,.1f} MB, "
             f"{self.documents:,} docs, {self.tokens / elapsed:,.0f} tokens/s, tasks {self._tasks_text()}, "
             + (final or f"ETA {eta:,.0f}s"),
             file=self.stream,

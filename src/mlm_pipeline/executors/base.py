@@ -5,7 +5,8 @@ An executor decides only *where* and *how many at a time* tasks run. The driver
 this worker's share in array mode (:mod:`.array`); the executor
 
 * runs each task through :func:`run_one` in whatever process it uses,
-* calls ``on_progress`` with small increments (``{"bytes", "documents", "tokens"}``),
+* calls ``on_progress`` with small increments (``{"bytes", "documents", "tokens"}``), each
+  naming its task under :data:`PROGRESS_TASK` (a task run again reports its increments again),
 * yields each finished task's marker (which the task itself already wrote, last) as it completes,
 * when a task raises, goes on with the other tasks (one bad input piece must not cost the rest
   of the run), then raises :class:`~mlm_pipeline.errors.TaskFailed` naming the first failed task
@@ -30,6 +31,9 @@ from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.plan import Task
 from mlm_pipeline.task import ProgressFn, run_task
 
+
+
+PROGRESS_TASK = "_task"  # the key of a progress increment that names its task (its id)
 
 class Executor(Protocol):
     """Runs tasks somewhere; built from the run's config (``Executor(config)``)."""

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process, freeze_inherited_objects, one_blas_thread
 from mlm_pipeline.errors import TaskFailed
-from mlm_pipeline.executors.base import Failures, ProgressFn, run_one, worker_count
+from mlm_pipeline.executors.base import PROGRESS_TASK, Failures, ProgressFn, run_one, worker_count
 from mlm_pipeline.plan import Task
 
 log = logging.getLogger("mlm_pipeline")
@@ -190,12 +190,11 @@ def _report(delta: dict) -> None:
 
 
 _STARTED = "_started"  # a worker's message: it runs this task (id, pid), so a death names its task
-_TASK = "_task"  # the task a progress increment comes from (a sign of life for the stall watch)
 
 
 def _run_in_worker(task: Task, config: PrepareConfig) -> dict:
     _report({_STARTED: task.task_id, "pid": os.getpid()})
-    return run_one(task, config, progress=lambda delta: _report({**delta, _TASK: task.task_id}))
+    return run_one(task, config, progress=lambda delta: _report({**delta, PROGRESS_TASK: task.task_id}))
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -473,7 +472,7 @@ class TaskPool:
                 self._running[delta["pid"]] = delta[_STARTED]
                 self._last_life[delta[_STARTED]] = time.monotonic()
             else:
-                task_id = delta.pop(_TASK, None)
+                task_id = delta.get(PROGRESS_TASK)  # (also a sign of life for the stall watch)
                 if task_id is not None:
                     self._last_life[task_id] = time.monotonic()
                 on_progress(delta)

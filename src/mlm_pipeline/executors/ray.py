@@ -42,7 +42,7 @@ from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import StorageEnvironment, configure_process
 from mlm_pipeline.errors import OutputError, TaskFailed
-from mlm_pipeline.executors.base import Failures, ProgressFn, default_workers
+from mlm_pipeline.executors.base import PROGRESS_TASK, Failures, ProgressFn, default_workers
 from mlm_pipeline.executors.local import run_with_stall_alarm
 from mlm_pipeline.plan import Task
 
@@ -141,7 +141,7 @@ def _progress_of(marker: dict) -> dict:
     """A whole task's progress increment, from its marker (Ray tasks report when they finish)."""
     stats = marker.get("stats", {})
     return {"bytes": stats.get("bytes_read", 0), "documents": stats.get("documents_read", 0),
-            "tokens": stats.get("tokens", 0)}
+            "tokens": stats.get("tokens", 0), PROGRESS_TASK: marker["task_id"]}
 
 
 def _cause(exc: BaseException) -> BaseException:
