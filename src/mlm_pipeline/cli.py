@@ -482,7 +482,7 @@ def train(
     shuffle_buffer: int = typer.Option(10_000, "--shuffle-buffer", help="Instances per shuffle window (also the loader's memory bound per worker)."),
     save_every: int = typer.Option(0, "--save-every", help="Also write checkpoints/step=N.ckpt every N steps (0: only checkpoints/last.ckpt at the end)."),
     resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer and data position (mid-epoch) up to --steps."),
-    overwrite_output_dir: bool = typer.Option(False, "--overwrite-output-dir", metavar="", help="Delete the checkpoints an earlier run left in --output-dir (without it, such a directory is refused unless --resume continues that run)."),
+    overwrite_output_dir: bool = typer.Option(False, "--overwrite-output-dir", metavar="", help="Replace another run's checkpoints in --output-dir, or those after the step --resume goes back to (without it, such a directory is refused)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer (default: the one recorded in the manifest)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's choice; 1 on a shared machine)."),
 ) -> None:

@@ -171,26 +171,54 @@ def test_a_resumed_run_keeps_the_epochs_of_an_uninterrupted_one(tmp_path):
 
 
 def test_a_second_run_into_one_output_dir_is_refused_or_replaces_the_first(short_out, tmp_path):
-    """The first run's step checkpoints would pass for the second's: refused (one line, exit 2),
-    replaced with --overwrite-output-dir; continuing the run in its own directory is allowed."""
+    """Another run's checkpoints would pass for this run's: a new run, a run resumed from
+    elsewhere, and a run going back to an earlier step of its own directory are refused (one line,
+    exit 2) and replace them with --overwrite-output-dir, only once every setting is checked;
+    a run continuing from its latest checkpoint goes on, its loss log kept up to that step."""
     from typer.testing import CliRunner
 
     from mlm_pipeline.cli import app
 
-    args = ["train", short_out, "--batch-size", "4", "--layers", "1", "--hidden", "16", "--heads", "2",
-            "--threads", "1", "--shuffle-buffer", "64", "-o", str(tmp_path / "run")]
-    first = CliRunner().invoke(app, [*args, "--steps", "4", "--save-every", "1"])
-    assert first.exit_code == 0, first.output
-    folder = tmp_path / "run" / "checkpoints"
-    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt", "step=1.ckpt", "step=2.ckpt", "step=3.ckpt", "step=4.ckpt"]
-    again = CliRunner().invoke(app, [*args, "--steps", "2"], env={"COLUMNS": "300"})
-    assert again.exit_code == 2 and "Traceback" not in again.output
-    assert "holds the checkpoints of an earlier run (last.ckpt, step=1.ckpt, step=2.ckpt and 2 more)" in again.output
-    assert f"--resume {folder / 'last.ckpt'}" in again.output
-    assert len(list(folder.iterdir())) == 5
-    resumed = CliRunner().invoke(app, [*args, "--steps", "6", "--save-every", "3", "--resume", str(folder / "step=2.ckpt")])
-    assert resumed.exit_code == 0, resumed.output
-    replaced = CliRunner().invoke(app, [*args, "--steps", "2", "--overwrite-output-dir"])
+    def train(out, *more):
+        return CliRunner().invoke(app, [
+            "train", short_out, "--batch-size", "4", "--layers", "1", "--hidden", "16", "--heads", "2", "--threads", "1",
+            "--shuffle-buffer", "64", "-o", str(out), *map(str, more)], env={"COLUMNS": "400"})
+
+    def steps(out):
+        return [int(r["step"]) for r in _rows(out / "loss.csv")]
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    folder = run / "checkpoints"
+    assert train(run, "--steps", 4, "--save-every", 1).exit_code == 0
+    assert train(other, "--steps", 2).exit_code == 0
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["last.ckpt", "step=1.ckpt", "step=2.ckpt", "step=3.ckpt", "step=4.ckpt"]
+    refused = {
+        "new": train(run, "--steps", 2),
+        "resumed from elsewhere": train(run, "--steps", 3, "--resume", other / "checkpoints" / "last.ckpt"),
+        "back to step 2": train(run, "--steps", 3, "--resume", folder / "step=2.ckpt"),
+        "replacing, but another model": train(run, "--steps", 2, "--hidden", 32, "--resume",
+                                              folder / "step=2.ckpt", "--overwrite-output-dir"),
+    }
+    for why, result in refused.items():
+        assert result.exit_code == 2 and "Traceback" not in result.output, why
+    assert (f"holds the checkpoints of an earlier run (step=1.ckpt, step=2.ckpt, step=3.ckpt and 2 more): continue "
+            f"it with --resume {folder / 'last.ckpt'}") in refused["new"].output
+    assert "holds the checkpoints of another run" in refused["resumed from elsewhere"].output
+    assert ("holds checkpoints written after step 2, the step --resume" in refused["back to step 2"].output
+            and "(step=3.ckpt, step=4.ckpt, last.ckpt)" in refused["back to step 2"].output)
+    assert "holds another model" in refused["replacing, but another model"].output
+    assert sorted(p.name for p in folder.iterdir()) == names and steps(run) == [1, 2, 3, 4]  # nothing removed
+    # back to step 2, replacing the branch after it: its checkpoints and loss rows go
+    back = train(run, "--steps", 3, "--save-every", 1, "--resume", folder / "step=2.ckpt", "--overwrite-output-dir")
+    assert back.exit_code == 0, back.output
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt", "step=1.ckpt", "step=2.ckpt", "step=3.ckpt"]
+    assert steps(run) == [1, 2, 3]
+    # on from the latest checkpoint: nothing of another run is here
+    on = train(run, "--steps", 5, "--resume", folder / "last.ckpt")
+    assert on.exit_code == 0, on.output
+    assert steps(run) == [1, 2, 3, 4, 5]
+    replaced = train(run, "--steps", 2, "--overwrite-output-dir")
     assert replaced.exit_code == 0, replaced.output
-    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_step"] == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"] and steps(run) == [1, 2]
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 2

@@ -20,6 +20,8 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
 import sys
 import time
 import warnings
@@ -277,26 +279,74 @@ def _check_masking(config: TrainConfig, dataset) -> None:
         raise ValueError(f"--whole-word-mask needs dynamic masking, and {how}: add --masking dynamic")
 
 
-def _earlier_checkpoints(out: Path, config: TrainConfig) -> None:
-    """Refuse, or with ``overwrite_output_dir`` delete, the checkpoints of another run in ``out``.
+def _step_of(checkpoint: Path) -> float:
+    """The step in a ``step=N.ckpt`` name; infinity for ``last.ckpt`` and any other name."""
+    found = re.fullmatch(r"step=(\d+)\.ckpt", checkpoint.name)
+    return int(found.group(1)) if found else math.inf
 
-    A run writes ``checkpoints/step=N.ckpt`` and ``last.ckpt``; another run's files left beside
-    them would pass for this run's. Continuing a run in its own directory (``resume`` from its
-    ``checkpoints/``) is not another run.
+
+@dataclass
+class _OutputDir:
+    """What ``output_dir`` holds of runs other than this one, found before anything is written.
+
+    A run writes ``checkpoints/step=N.ckpt``, ``last.ckpt``, ``loss.csv``, ``summary.json`` and
+    ``model/``; another run's checkpoints beside this run's would pass for them. ``continues``:
+    ``resume`` is a checkpoint of this directory (the run goes on from its step); then only the
+    checkpoints written after that step are another's (a branch it leaves), else every one.
     """
-    folder = out / "checkpoints"
-    if config.resume and Path(config.resume).resolve().parent == folder.resolve():
-        return
-    earlier = sorted(folder.glob("*.ckpt"))
-    if not earlier:
-        return
-    if not config.overwrite_output_dir:
-        names = ", ".join(p.name for p in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
-        raise ValueError(f"{out} holds the checkpoints of an earlier run ({names}): continue that run with "
-                         f"--resume {folder / 'last.ckpt'}, train into another --output-dir, or replace it "
-                         "with --overwrite-output-dir")
-    for path in earlier:
-        path.unlink()
+
+    path: Path
+    continues: bool
+    resume_step: int | None
+    others: list[Path]
+
+    @classmethod
+    def of(cls, config: TrainConfig, resume_step: int | None) -> "_OutputDir":
+        path = Path(config.output_dir)
+        folder = path / "checkpoints"
+        resume = Path(config.resume) if config.resume else None
+        continues = resume is not None and resume.absolute().parent.resolve() == folder.resolve()
+        checkpoints = sorted(folder.glob("*.ckpt"), key=lambda p: (_step_of(p), p.name))
+        others = [p for p in checkpoints if not (resume is not None and os.path.samefile(p, resume))
+                  and not (continues and _step_of(p) <= resume_step)]
+        return cls(path, continues, resume_step, others)
+
+    def refusal(self, config: TrainConfig) -> str | None:
+        """Why this run may not write here, if it may not (without ``overwrite_output_dir``)."""
+        if not self.others or config.overwrite_output_dir:
+            return None
+        names = ", ".join(p.name for p in self.others[:3]) + (f" and {len(self.others) - 3} more" if len(self.others) > 3 else "")
+        if self.continues:
+            return (f"{self.path} holds checkpoints written after step {self.resume_step}, the step --resume "
+                    f"{config.resume} goes back to ({names}): they would pass for this run's; replace them, and "
+                    f"the loss rows after step {self.resume_step}, with --overwrite-output-dir, or train into another "
+                    "--output-dir")
+        if config.resume:
+            return (f"{self.path} holds the checkpoints of another run ({names}), which would pass for this run's: "
+                    "train into another --output-dir, or replace that run with --overwrite-output-dir")
+        return (f"{self.path} holds the checkpoints of an earlier run ({names}): continue it with --resume "
+                f"{self.others[-1]}, train into another --output-dir, or replace it with --overwrite-output-dir")
+
+    def clear(self) -> None:
+        """Just before training: the other runs' checkpoints (``overwrite_output_dir``) and what
+        they left; the loss log starts anew, or, when continuing, keeps the rows up to the step."""
+        for checkpoint in self.others:
+            checkpoint.unlink()
+        if self.others:
+            (self.path / "summary.json").unlink(missing_ok=True)
+            shutil.rmtree(self.path / "model", ignore_errors=True)
+        log = self.path / "loss.csv"
+        if not log.exists():
+            return
+        if not self.continues:
+            log.unlink()
+            return
+        with open(log, newline="") as f:
+            rows = list(csv.DictReader(f))
+        with open(log, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["step"])
+            writer.writeheader()
+            writer.writerows(r for r in rows if int(r["step"]) <= self.resume_step)
 
 
 def main(config: TrainConfig) -> dict:
@@ -310,7 +360,10 @@ def main(config: TrainConfig) -> dict:
     configure_process()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _earlier_checkpoints(out, config)
+    resume_state = _load_checkpoint(config.resume) if config.resume else None
+    output_dir = _OutputDir.of(config, resume_state.get("global_step", 0) if resume_state else None)
+    if (refusal := output_dir.refusal(config)) is not None:
+        raise ValueError(refusal)
     pl.seed_everything(config.seed, workers=False, verbose=False)
 
     dataset = MLMDataset(config.data, shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer)
@@ -338,9 +391,9 @@ def main(config: TrainConfig) -> dict:
         warmup_steps=config.warmup_steps if config.warmup_steps is not None else max(1, config.steps // 10),
         steps=config.steps, pad_id=collator.pad_id,
     )
-    if config.resume:  # the weights evaluated "before" are the checkpoint's
+    if resume_state is not None:  # the weights evaluated "before" are the checkpoint's
         try:
-            module.load_state_dict(_load_checkpoint(config.resume)["state_dict"])
+            module.load_state_dict(resume_state["state_dict"])
         except RuntimeError as exc:  # torch: "Error(s) in loading state_dict ... size mismatch for ..."
             detail = " ".join(str(exc).split())
             raise ValueError(f"--resume {config.resume}: the checkpoint holds another model than these settings "
@@ -349,8 +402,7 @@ def main(config: TrainConfig) -> dict:
     loss_before = evaluate(module.model, eval_batches)
 
     log_path = out / "loss.csv"
-    if log_path.exists() and not config.resume:
-        log_path.unlink()
+    output_dir.clear()  # (the settings and the checkpoint passed every check)
     bar = sys.stderr.isatty() if config.progress is None else config.progress
     loss_log = _loss_log_callback(log_path, 0 if bar else config.log_every)  # the bar shows the loss
     callbacks = [loss_log]
