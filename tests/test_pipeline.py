@@ -141,6 +141,25 @@ def test_reference_run_of_the_earlier_tokenization_is_not_resumed(tmp_path):
         assert "reference tokenization" not in str(refused.value)
 
 
+def test_a_rerun_of_a_complete_output_leaves_its_manifest_as_it_is(tmp_path, monkeypatch):
+    """The same command over a complete output, a minute later: nothing runs, and manifest.json
+    keeps its bytes (its creation time included); a damaged one is written anew."""
+    import time as time_mod
+
+    out = tmp_path / "o"
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
+    before = (out / "manifest.json").read_bytes()
+    later = time_mod.gmtime(time_mod.time() + 60)
+    monkeypatch.setattr("mlm_pipeline.run.manifest.time.gmtime", lambda *a: later)
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
+    assert (out / "manifest.json").read_bytes() == before
+    (out / "manifest.json").write_bytes(before[:100])
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
+    rewritten = json.loads((out / "manifest.json").read_text())
+    assert rewritten["created"] == time_mod.strftime("%Y-%m-%dT%H:%M:%SZ", later)
+    assert {**rewritten, "created": None} == {**json.loads(before), "created": None}
+
+
 def test_missing_task_is_redone_identically(tmp_path):
     out = tmp_path / "o"
     first = run_prepare(config(out))

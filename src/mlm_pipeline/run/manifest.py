@@ -93,10 +93,21 @@ def _encode(manifest: dict) -> bytes:
     return out.getvalue()
 
 
-def write_manifest(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict]) -> dict:
-    """Build and write ``manifest.json`` (replacing any); returns it. ``done`` as in :func:`build_manifest`."""
+def write_manifest(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict], *,
+                   keep_same: bool = True) -> dict:
+    """Build and write ``manifest.json``, replacing any that says otherwise; returns it. One that
+    says the same but for its creation time is kept (``keep_same``), so that a run with nothing
+    left to do leaves a complete output byte for byte as it was. ``done`` as in
+    :func:`build_manifest`."""
     manifest = build_manifest(config, record, plan, done)
-    fs.atomic_write_bytes(layout.manifest_url(config.output), _encode(manifest))
+    url = layout.manifest_url(config.output)
+    try:
+        existing = parse_manifest(fs.read_bytes(url), config.output) if keep_same and fs.exists(url) else None
+    except (OSError, InspectError):  # unreadable or damaged: written anew
+        existing = None
+    if existing is not None and {**existing, "created": None} == {**manifest, "created": None}:
+        return existing
+    fs.atomic_write_bytes(url, _encode(manifest))
     return manifest
 
 
@@ -104,7 +115,7 @@ def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: C
                         *, overwrite: bool = False) -> dict | None:
     """Write ``manifest.json`` unless one exists (``overwrite``: always); the manifest if written."""
     if overwrite:
-        return write_manifest(config, record, plan, done)
+        return write_manifest(config, record, plan, done, keep_same=False)
     manifest = build_manifest(config, record, plan, done)
     if cas.create_bytes(layout.manifest_url(config.output), _encode(manifest)):
         return manifest
