@@ -9,6 +9,7 @@ every category starting with ``C``.
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 
 _CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
         (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
@@ -109,3 +110,28 @@ def code_points_sample() -> list[int]:
         elif cp % 61 == 0 or unicodedata.category(chr(cp - 1)) != "Cn" or cp == 0x10FFFF or unicodedata.category(chr(cp + 1)) != "Cn":
             out.append(cp)
     return out
+
+
+def code_point_probes() -> list[str]:
+    """Each sampled code point between two letters and alone (``a<c>b <c>``)."""
+    return [f"a{chr(cp)}b {chr(cp)}" for cp in code_points_sample()]
+
+
+def write_char_vocab(path: Path) -> Path:
+    """A vocab of every sampled code point, alone and as a ``##`` continuation: WordPiece then
+    cuts each word into its characters, so ids show the words exactly (with a real vocab two
+    different words often both end as ``[UNK]``)."""
+    chars = [chr(cp) for cp in code_points_sample() if not chr(cp).isspace()]
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars)]) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def mark_runs() -> list[str]:
+    """Runs of marks whose canonical order NFD decides: every mark kept by accent stripping that
+    has a combining class, a few that HF's older tables class otherwise, and non-spacing marks of
+    low, middle and high classes, in pairs and with a non-spacing mark between."""
+    kept = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp < 0xE000
+            and unicodedata.combining(chr(cp)) and unicodedata.category(chr(cp)) != "Mn"]
+    marks = kept + ["\u0334", "\u0301", "\u0345", "\u0898", "\U00011938", "\U00016fe4"]
+    return [f"a{x}{y}" for x in marks for y in marks] + [f"a{x}{m}{y}" for x in kept for m in marks for y in kept[:8]]

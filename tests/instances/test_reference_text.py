@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import unicodedata
-
 import pytest
 
 from mlm_pipeline.errors import TokenizerError
@@ -18,7 +16,7 @@ from mlm_pipeline.tokenize import load_tokenizer, read_google_vocab
 
 from conftest import VOCAB
 
-from .google_tokenizer import code_points_sample, google_ids
+from .google_tokenizer import code_point_probes, google_ids, mark_runs, write_char_vocab
 
 
 def test_lines_are_cut_like_tf_readline():
@@ -77,24 +75,7 @@ def test_private_use_characters_make_their_word_unk_like_googles_tokenizer(tok):
 
 @pytest.fixture(scope="module")
 def char_vocab(tmp_path_factory):
-    """A vocab of every code point of the sample, alone and as a ``##`` continuation: WordPiece
-    then cuts each word into its characters, so the ids show the words exactly (with a real vocab
-    two different words often both end as ``[UNK]``)."""
-    chars = [chr(cp) for cp in code_points_sample() if not chr(cp).isspace()]
-    path = tmp_path_factory.mktemp("char-vocab") / "vocab.txt"
-    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars)]) + "\n",
-                    encoding="utf-8")
-    return path
-
-
-def _mark_runs() -> list[str]:
-    """Runs of marks whose canonical order NFD decides: every mark kept by accent stripping that has
-    a combining class, a few that HF's older tables class otherwise, and non-spacing marks of low,
-    middle and high classes, in pairs and with a non-spacing mark between."""
-    kept = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp < 0xE000
-            and unicodedata.combining(chr(cp)) and unicodedata.category(chr(cp)) != "Mn"]
-    marks = kept + ["\u0334", "\u0301", "\u0345", "\u0898", "\U00011938", "\U00016fe4"]
-    return [f"a{x}{y}" for x in marks for y in marks] + [f"a{x}{m}{y}" for x in kept for m in marks for y in kept[:8]]
+    return write_char_vocab(tmp_path_factory.mktemp("char-vocab") / "vocab.txt")
 
 
 @pytest.mark.parametrize("lower", [True, False])
@@ -106,7 +87,7 @@ def test_every_code_point_tokenizes_like_googles_tokenizer(lower, char_vocab):
     whose combining class they give otherwise."""
     tokenizer = load_tokenizer(str(char_vocab), lower)
     vocab = read_google_vocab(str(char_vocab))
-    sentences = [f"a{chr(cp)}b {chr(cp)}" for cp in code_points_sample()] + _mark_runs()
+    sentences = code_point_probes() + mark_runs()
     got = tokenize_reference_documents([sentences], tokenizer)[0]
     assert len(got) == len(sentences)
     wrong = [s for s, ids in zip(sentences, got) if ids.tolist() != google_ids(s, vocab, lower, "bert")]

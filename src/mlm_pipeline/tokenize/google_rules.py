@@ -11,13 +11,14 @@ of a newer Unicode than Python 3.11's: 55 capitals Python does not know) and NFD
 combining classes, which order some runs of marks otherwise). ``--reference`` uses it that way for
 the sentences HF's tables would split otherwise (:class:`GoogleRulesRouter`). The ``electra``
 flavor uses HF's two steps: ELECTRA's cleaning deletes the characters Python leaves unassigned,
-those capitals among them, so it differs from ELECTRA's tokenizer only on runs of two or more
-spacing marks with a combining class where a mark of Unicode 13 or 14 takes part.
+those capitals among them, and a text holding a spacing mark with a combining class is put in NFD
+by Python first (:func:`electra_in_python`).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from pathlib import Path
@@ -42,9 +43,10 @@ from mlm_pipeline.errors import TokenizerError
 # lower-casing and NFD never turn a character into or out of a CJK ideograph, and never create
 # whitespace or a ``C`` character (checked over all of Unicode in the tests). Two places where
 # HF's own tables differ from Python's are patched: NFD of U+11938 (Python's Unicode 14
-# decomposes it, HF does not) is done by an explicit replacement, and a capital sigma, which
-# Python lower-cases by context (``ς`` at a word end), is lower-cased in Python before the
-# tokenizer sees the text (``TextTokenizer.encode_batch``; ``reference_text._google_lower``).
+# decomposes it, HF does not) is done by an explicit replacement, and a text holding a capital
+# sigma, which Python lower-cases by context (``ς`` at a word end), or a mark NFD orders by
+# class is lower-cased (and put in NFD) by Python before the tokenizer sees it
+# (:func:`electra_in_python`, :func:`google_normalized`, ``reference_text._google_lower``).
 # Special tokens are not matched in the raw text (Google's tokenizer splits ``[SEP]`` like any
 # text).
 
@@ -112,6 +114,28 @@ def electra_lower(text: str) -> str:
     neither cased nor case-ignorable, so it bounds a final-sigma context just like a word end.
     """
     return _deletions("electra").sub("", text).lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _needs_python() -> re.Pattern:
+    """A capital sigma (lower-cased by context), or a mark that accent stripping keeps and NFD
+    orders by a combining class (25 spacing marks in Unicode 14; HF's older tables give some of
+    them, or the marks between them, no class)."""
+    # marks live in planes 0, 1 and 14 (2 and 3 hold ideographs, 15 and 16 private use); the
+    # tests check every code point
+    planes = itertools.chain(range(0xD800), range(0xE000, 0x20000), range(0xE0000, 0xF0000))
+    marks = [chr(cp) for cp in planes if unicodedata.combining(chr(cp)) and unicodedata.category(chr(cp)) != "Mn"]
+    return re.compile("[" + "".join(map(re.escape, [CAPITAL_SIGMA, *marks])) + "]")
+
+
+def electra_in_python(text: str) -> str:
+    """A text as the ``electra`` flavor's HF steps must get it when lower-casing: one holding a
+    capital sigma or a mark NFD orders by class (:func:`_needs_python`) cleaned, lower-cased and
+    put in NFD by Python, as ELECTRA's tokenizer does (HF's steps then change nothing of that);
+    any other text unchanged."""
+    if not text.isascii() and _needs_python().search(text):
+        return unicodedata.normalize("NFD", electra_lower(text))
+    return text
 
 
 def google_normalized(text: str, cleaning: str) -> str:

@@ -27,9 +27,8 @@ from mlm_pipeline.errors import ConfigError, TokenizerError
 from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
 from mlm_pipeline.tokenize.hub import hub_tokenizer_dir, looks_like_hub_name
 from mlm_pipeline.tokenize.google_rules import (
-    CAPITAL_SIGMA,
     TOKENIZER_FLAVORS,
-    electra_lower,
+    electra_in_python,
     electra_tokenizer,
     read_google_vocab,
 )
@@ -155,7 +154,8 @@ class TextTokenizer:
         self.kind = kind
         self.do_lower_case = do_lower_case
         self.flavor = flavor
-        # ELECTRA lower-cases a capital sigma by context, which HF's Lowercase cannot
+        # ELECTRA lower-cases a capital sigma by context, which HF's Lowercase cannot, and orders
+        # marks by Python's combining classes (google_rules.electra_in_python)
         self._lower_in_python = flavor == "electra" and do_lower_case
         self.tokenizer = tok
         ids = {}
@@ -206,7 +206,7 @@ class TextTokenizer:
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         if self._lower_in_python:
-            texts = [electra_lower(t) if CAPITAL_SIGMA in t else t for t in texts]
+            texts = [t if t.isascii() else electra_in_python(t) for t in texts]
         return self.checked.encode_batch(texts)
 
     def begin_task(self) -> None:
