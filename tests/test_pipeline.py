@@ -119,26 +119,31 @@ def test_run_started_by_an_older_algorithm_is_not_resumed(tmp_path):
         run_prepare(config(out, inputs=[str(SAMPLE_TEXT)]))
 
 
-def test_reference_run_of_the_earlier_tokenization_is_not_resumed(tmp_path):
-    """A reference run recorded before --reference classed characters by Python's tables would mix
-    two tokenizations; a default run never records the version, so none of its runs is refused."""
-    from mlm_pipeline.run.state import REFERENCE_TOKENIZATION
+@pytest.mark.parametrize("kind", ["reference", "electra"])
+def test_a_run_of_the_earlier_tokenization_is_not_resumed(kind, tmp_path):
+    """A --reference run, or one of the electra flavor, recorded before its tokenization changed
+    (Python's tables) would mix two tokenizations; a default BERT run never records a version, so
+    none of its runs is refused, and a switch of --reference is reported as a changed setting."""
+    from mlm_pipeline.run.state import TOKENIZATION
 
+    settings = {"reference": {"reference": True}, "electra": {"objective": "electra"}}[kind]
     out = tmp_path / "o"
-    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], reference=True))
+    run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], **settings))
     record = json.loads((out / "_run.json").read_text())
-    assert record["reference_tokenization"] == REFERENCE_TOKENIZATION
-    del record["reference_tokenization"]  # as the earlier version wrote it
+    assert record["tokenization"] == {kind: TOKENIZATION[kind]}
+    del record["tokenization"]  # as the earlier version wrote it
     (out / "_run.json").write_text(json.dumps(record))
-    with pytest.raises(OutputError, match=f"reference tokenization 1, now {REFERENCE_TOKENIZATION}"):
-        run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], reference=True))
+    with pytest.raises(OutputError, match=f"{kind} tokenization 1, now {TOKENIZATION[kind]}"):
+        run_prepare(config(out, inputs=[str(SAMPLE_TEXT)], **settings))
+    if kind == "electra":
+        return
     run_prepare(config(tmp_path / "d", inputs=[str(SAMPLE_TEXT)]))
-    assert "reference_tokenization" not in json.loads((tmp_path / "d" / "_run.json").read_text())
+    assert "tokenization" not in json.loads((tmp_path / "d" / "_run.json").read_text())
     # switching --reference on or off is a changed setting, not another tokenization
     for existing, now in ((tmp_path / "d", True), (out, False)):
         with pytest.raises(OutputError, match=f"reference: {not now} in the existing run, {now} now") as refused:
             run_prepare(config(existing, inputs=[str(SAMPLE_TEXT)], reference=now))
-        assert "reference tokenization" not in str(refused.value)
+        assert "tokenization" not in str(refused.value)
 
 
 def test_a_rerun_of_a_complete_output_leaves_its_manifest_as_it_is(tmp_path, monkeypatch):

@@ -44,10 +44,17 @@ the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end
 4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
 so a default run's tasks end elsewhere)."""
 
-REFERENCE_TOKENIZATION = 2
-"""Version of ``--reference``'s tokenization, recorded by reference runs only (2: characters are
-classed by Python's tables, as Google's tokenizer does, where 1 kept HF's on all but private-use
-characters); a reference run started under another is not resumed, so no output mixes the two."""
+TOKENIZATION = {"reference": 2, "electra": 2}
+"""Versions of the tokenizations that changed while the tokenizer's fingerprint did not, recorded by
+the runs that use them: ``reference``, ``--reference`` (2: characters classed, lower-cased and put
+in NFD by Python's tables, as Google's tokenizer does, where 1 kept HF's on all but private-use
+characters), and ``electra``, the ``electra`` flavor (2: runs of marks ordered by Python's
+combining classes). A run recorded under another version is not resumed, so no output mixes two."""
+
+
+def _tokenizations(config: PrepareConfig, flavor: str) -> dict[str, int]:
+    used = {"reference": config.reference, "electra": flavor == "electra"}
+    return {name: version for name, version in TOKENIZATION.items() if used[name]}
 
 
 class CompletedTasks:
@@ -183,7 +190,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
             f"--num-out-files {config.num_out_files} is fewer than the run's {len(plan.tasks)} tasks (each task "
             f"writes its own files): give at least {len(plan.tasks)}, or a larger --split-size"
         )
-    record = run_record(config, tok.fingerprint, plan)
+    record = run_record(config, tok.fingerprint, plan, tok.flavor)
     check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
@@ -240,8 +247,9 @@ def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions |
             for t in plan.tasks}
 
 
-def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
-    """The content of ``_run.json``: what must match for a run to be resumed."""
+def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan, flavor: str = "bert") -> dict:
+    """The content of ``_run.json``: what must match for a run to be resumed (``flavor``: the
+    tokenizer's, as loaded)."""
     options = ReadOptions.from_config(config)
     record = {
         "version": __version__,
@@ -255,8 +263,8 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan) -> dict:
         "input_fingerprints": input_fingerprints(plan, options=options, extents=(extents := {})),
         "input_modified": {f["path"]: fs.modified_ns(f["path"]) for f in plan.files},
     }
-    if config.reference:
-        record["reference_tokenization"] = REFERENCE_TOKENIZATION
+    if tokenizations := _tokenizations(config, flavor):
+        record["tokenization"] = tokenizations
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True, options=options, extents=extents)
     return record
@@ -306,10 +314,14 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
             f"the existing run was made by a version that builds other instances (algorithm "
             f"{existing.get('algorithm', 1)}, now {record['algorithm']}): finish it with that version"
         )
-    was = existing.get("reference_tokenization", 1)
-    if config.reference and old.get("reference") and was != record["reference_tokenization"]:  # (a switch is a setting's)
-        problems.append(f"the existing run was made by a version that tokenizes --reference input otherwise "
-                        f"(reference tokenization {was}, now {REFERENCE_TOKENIZATION}): finish it with that version")
+    # a tokenization the existing run used too (a switch of --reference or of the tokenizer is
+    # reported as such), in another version
+    used_too = {"reference": old.get("reference"),
+                "electra": existing.get("tokenizer_fingerprint") == record["tokenizer_fingerprint"]}
+    for name, version in record.get("tokenization", {}).items():
+        if used_too[name] and (was := existing.get("tokenization", {}).get(name, 1)) != version:
+            problems.append(f"the existing run was made by a version that tokenizes otherwise ({name} tokenization "
+                            f"{was}, now {version}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
     repaired = ""
