@@ -31,9 +31,8 @@ from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.plan import Task
 from mlm_pipeline.task import ProgressFn, run_task
 
-
-
 PROGRESS_TASK = "_task"  # the key of a progress increment that names its task (its id)
+
 
 class Executor(Protocol):
     """Runs tasks somewhere; built from the run's config (``Executor(config)``)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import json
-import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -33,7 +32,7 @@ from tokenizers import Tokenizer
 from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.instances.batch import lengths_to_offsets
 from mlm_pipeline.tokenize import TextTokenizer
-from mlm_pipeline.tokenize.google_rules import GoogleRulesRouter, google_rules_of
+from mlm_pipeline.tokenize.google_rules import CAPITAL_SIGMA, GoogleRulesRouter, google_lower, google_rules_of
 from mlm_pipeline.tokenize.loading import CheckedEncoder
 from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 
@@ -116,21 +115,6 @@ def google_tokenizer_warning(tokenizer: TextTokenizer) -> str | None:
             "create_pretraining_data.py's algorithm on this tokenizer's tokens, not its output")
 
 
-def _google_lower(text: str) -> str:
-    """Lower-case like Google's BasicTokenizer: Python's ``str.lower`` after its text cleaning.
-
-    Only needed where the two lower-casings differ: Python turns a word-final capital sigma into
-    ``ς``, HF's per-character lower-casing always gives ``σ``. The characters Google's cleaning
-    removes (NUL, U+FFFD, control and format characters) are removed first because they change
-    what counts as word-final; HF would remove them anyway.
-    """
-    return "".join(
-        c
-        for c in text
-        if not (c == "\ufffd" or (c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf")))
-    ).lower()
-
-
 def tokenize_reference_documents(
     documents: Sequence[Sequence[str]], tokenizer: TextTokenizer, *, where: str = "reference",
     backend: dict | None = None,
@@ -146,7 +130,7 @@ def tokenize_reference_documents(
         return []
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
-        sentences = [_google_lower(s) if "\u03a3" in s else s for s in sentences]
+        sentences = [google_lower(s, "bert") if CAPITAL_SIGMA in s else s for s in sentences]
     router = _google_router(tokenizer)
     routed = set(router.routed(sentences)) if router is not None else set()
     # the fast encoder never sees a routed sentence (HF's tables may need an [UNK] there)

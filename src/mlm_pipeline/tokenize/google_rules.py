@@ -46,7 +46,7 @@ from mlm_pipeline.errors import TokenizerError
 # decomposes it, HF does not) is done by an explicit replacement, and a text holding a capital
 # sigma, which Python lower-cases by context (``ς`` at a word end), or a mark NFD orders by
 # class is lower-cased (and put in NFD) by Python before the tokenizer sees it
-# (:func:`electra_in_python`, :func:`google_normalized`, ``reference_text._google_lower``).
+# (:func:`google_lower`, :func:`google_normalized`, :func:`electra_in_python`).
 # Special tokens are not matched in the raw text (Google's tokenizer splits ``[SEP]`` like any
 # text).
 
@@ -107,13 +107,15 @@ def _deletions(cleaning: str) -> re.Pattern:
     return re.compile("[" + "".join(re.escape(chr(a)) + ("" if a == b else "-" + re.escape(chr(b))) for a, b in runs) + "]+")
 
 
-def electra_lower(text: str) -> str:
-    """ELECTRA's cleaning then Python's ``str.lower`` (for texts whose lower-casing needs context).
+def google_lower(text: str, cleaning: str) -> str:
+    """Google's cleaning (its deletions) then Python's ``str.lower``, for texts whose lower-casing
+    needs context (a final capital sigma is ``ς``; HF's per-character lower-casing gives ``σ``).
 
-    Lower-casing the whole cleaned text equals Google's word-by-word lower-casing: whitespace is
-    neither cased nor case-ignorable, so it bounds a final-sigma context just like a word end.
+    The deleted characters go first because they change what counts as word-final. Lower-casing
+    the whole cleaned text equals Google's word-by-word lower-casing: whitespace is neither cased
+    nor case-ignorable, so it bounds a final-sigma context just like a word end.
     """
-    return _deletions("electra").sub("", text).lower()
+    return _deletions(cleaning).sub("", text).lower()
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,7 +136,7 @@ def electra_in_python(text: str) -> str:
     put in NFD by Python, as ELECTRA's tokenizer does (HF's steps then change nothing of that);
     any other text unchanged."""
     if not text.isascii() and _needs_python().search(text):
-        return unicodedata.normalize("NFD", electra_lower(text))
+        return google_normalized(text, "electra")
     return text
 
 
@@ -142,7 +144,7 @@ def google_normalized(text: str, cleaning: str) -> str:
     """Google's cleaning (deletions only), lower-casing and NFD, all by Python's tables, for the
     tokenizer built with ``normalized_in_python``. On the whole text, as on each word: whitespace
     neither is cased nor combines, so it bounds a final sigma and canonical reordering alike."""
-    return unicodedata.normalize("NFD", _deletions(cleaning).sub("", text).lower())
+    return unicodedata.normalize("NFD", google_lower(text, cleaning))
 
 
 def read_google_vocab(path: str) -> dict[str, int]:
