@@ -261,3 +261,19 @@ def test_whole_word_masking_without_masks_in_the_shards_says_where_it_belongs(tm
     err = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "static", "-t", VOCAB, "--no-progress",
               "--do-whole-word-mask").stderr
     assert "--do-whole-word-mask" not in err
+
+
+def test_a_vocab_without_its_unknown_token_is_refused_before_any_task(tmp_path):
+    """HF's WordPiece fails the first word it cannot spell when [UNK] is missing, mid-task and
+    without naming the vocabulary (Google's script: a KeyError there): refused at load instead."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(t + "\n" for t in VOCAB.read_text(encoding="utf-8").splitlines() if t != "[UNK]"),
+                     encoding="utf-8")
+    text = tmp_path / "snowman.txt"
+    text.write_text("A snowman \u2603 stands here.\nIt melts.\n\nAnother document.\nIt ends.\n", encoding="utf-8")
+    for reference in ([], ["--reference"]):
+        out = tmp_path / f"out{len(reference)}"
+        got = cli("prepare", text, "-o", out, "-t", vocab, *reference, "--no-progress", check_code=2)
+        assert f"tokenizer {vocab} has no [UNK] token" in got.stderr and "add a line [UNK]" in got.stderr
+        assert "Traceback" not in got.stderr and "task 00000" not in got.stderr
+        assert not (out / "shards").exists()

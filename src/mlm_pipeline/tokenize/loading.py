@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from mlm_pipeline.environment import configure_process
@@ -171,6 +171,12 @@ class TextTokenizer:
                 f"tokenizer {path} has no token for {', '.join(missing)} "
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
+        unk = getattr(tok.model, "unk_token", None) if isinstance(tok.model, models.WordPiece) else None
+        if unk is not None and tok.token_to_id(unk) is None:
+            # HF fails the first word it cannot split, mid-task (Google's script: a KeyError there)
+            raise TokenizerError(
+                f"tokenizer {path} has no {unk} token: a word the vocabulary cannot spell would fail "
+                f"the run; add a line {unk} to the vocabulary")
         self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
         self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
