@@ -277,3 +277,25 @@ def test_a_vocab_without_its_unknown_token_is_refused_before_any_task(tmp_path):
         assert f"tokenizer {vocab} has no [UNK] token" in got.stderr and "add a line [UNK]" in got.stderr
         assert "Traceback" not in got.stderr and "task 00000" not in got.stderr
         assert not (out / "shards").exists()
+
+
+def test_a_text_file_without_blank_lines_is_cut_into_block_sized_parts_and_warned_about(tmp_path):
+    """Google's text format makes a file with no blank line one document. It is read in parts of
+    --block-size (a task's block holds a whole part: with 64 MiB parts a worker passed 1 GB), the
+    cuts are counted, and the summary says why one task read the whole file."""
+    lines = WIKITEXT.read_text(encoding="utf-8").splitlines()
+    text = tmp_path / "noblank.txt"
+    text.write_text("".join(line.strip() + "\n" for line in lines if line.strip()), encoding="utf-8")
+    out = tmp_path / "out"
+    got = cli("prepare", text, "-o", out, "-t", VOCAB, "--block-size", "128KiB", "--split-size", "256KiB",
+              "--no-progress")
+    totals = json.loads((out / "manifest.json").read_text())["totals"]
+    size = text.stat().st_size  # about 1 MB: 8 parts of at most 128 KiB
+    assert totals["documents_read"] == totals["documents_cut"] + 1 >= size // (128 << 10)
+    assert totals["bytes_read"] == size
+    assert "documents longer than --block-size were cut into parts at line ends" in got.stderr + got.stdout
+    report = cli("report", out).stdout
+    assert "documents longer than --block-size were cut" in report
+    plain = cli("prepare", WIKITEXT, "-o", tmp_path / "plain", "-t", VOCAB, "--no-progress")
+    assert "cut into parts" not in plain.stderr + plain.stdout
+    assert "documents_cut" not in json.loads((tmp_path / "plain" / "manifest.json").read_text())["totals"]

@@ -243,7 +243,7 @@ class PrepareConfig(BaseModel):
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
         flags=("--split-size",), metavar="SIZE", ge=1)
     block_bytes: Size = setting(
-        "4MiB", "execution", "Text per processing block in a task; bounds worker memory.",
+        "4MiB", "execution", "Text per task block (and per part of a longer document); bounds worker memory.",
         flags=("--block-size",), metavar="SIZE", ge=1)
     num_out_files: int | None = setting(
         None, "output", "Write N files as ELECTRA names them (pretrain_tfrecords/pretrain_data.tfrecord-I-of-N, "

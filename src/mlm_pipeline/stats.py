@@ -26,6 +26,7 @@ class ReadStats:
     documents_skipped: Counter = field(default_factory=Counter)
     documents_with_replaced_bytes: int = 0
     lone_cr_line_ends: int = 0  # lines ended by a lone \r (old Mac files), read as line ends
+    documents_cut: int = 0  # cuts of documents longer than --block-size into parts (at line ends)
 
     def count_document(self, sentences: list[str], replaced: bool) -> bool:
         """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
@@ -51,6 +52,7 @@ class ReadStats:
             "documents_with_replaced_bytes": self.documents_with_replaced_bytes,
             # (only when there are some: the totals of ordinary corpora keep their keys)
             **({"lone_cr_line_ends": self.lone_cr_line_ends} if self.lone_cr_line_ends else {}),
+            **({"documents_cut": self.documents_cut} if self.documents_cut else {}),
         }
 
 

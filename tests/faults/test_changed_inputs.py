@@ -193,9 +193,9 @@ def test_verify_inputs_finds_each_pieces_extent_once(own_corpus, tmp_path, monke
     calls: Counter = Counter()
     found = fmt.read_extent
 
-    def counted(self, piece, options):
+    def counted(self, piece, options, following=None):
         calls[piece] += 1
-        return found(self, piece, options)
+        return found(self, piece, options, following)
 
     monkeypatch.setattr(fmt, "read_extent", counted)
     record = run_record(config, "tokenizer", plan)

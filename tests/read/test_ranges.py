@@ -13,7 +13,7 @@ from mlm_pipeline.errors import InputError
 from mlm_pipeline.read import Piece, ReadOptions, ranges
 from mlm_pipeline.read.ranges import LineReader
 
-from .helpers import read_cuts, read_split, read_whole, split_file
+from .helpers import read_cuts, read_pieces, read_split, read_whole, split_file
 
 SETTINGS = settings(
     max_examples=25,
@@ -290,6 +290,48 @@ def test_a_range_of_whole_chunks_reads_only_a_little_past_its_end(tmp_path, monk
     first = whole.index(docs[0])
     assert docs == whole[first : first + len(docs)] and 30_000 < len(docs) < 40_000
     assert end - start < sum(reads) <= end - start + 2 * ranges.TAIL_BYTES, reads
+
+
+def test_a_file_without_boundaries_is_read_once_not_once_a_piece(tmp_path, monkeypatch):
+    """A text file with no blank line is one document, owned by the first piece. The others own
+    nothing and stop at their own end (they read on to the file's end, each); the extents that
+    fingerprint a run's inputs, found last piece to first, read the file once in all, and are
+    those each piece's own search finds."""
+    from mlm_pipeline.plan import Plan, Task
+    from mlm_pipeline.read import get_input_format
+    from mlm_pipeline.run.state import input_fingerprints
+
+    path = tmp_path / "noblank.txt"
+    path.write_bytes(b"".join(b"sentence %d of a corpus without document breaks.\n" % i for i in range(60_000)))
+    size = path.stat().st_size  # ~3 MB
+    split = 64 << 10
+    pieces = split_file(path, "text", size, split)
+    assert len(pieces) > 40
+    whole, _ = read_whole(path, "text")
+    reads = count_reads(monkeypatch)
+    docs, stats = read_pieces(pieces)
+    assert docs == whole and len(docs) == 1 and stats.bytes_read == size
+    assert sum(reads) < 3 * size, sum(reads)  # piece 0 reads the file; each other one a little past its end
+    fmt = get_input_format("text")
+    alone = {p: fmt.read_extent(p, ReadOptions()) for p in pieces}
+    assert all(alone[p] == (max(0, p.start - 1), None) for p in pieces)  # no boundary after any piece
+    reads.clear()
+    tasks = [Task(f"{i:05d}", i, (p,), (p.end or size) - p.start) for i, p in enumerate(pieces)]
+    extents: dict = {}
+    input_fingerprints(Plan(tasks=tasks, files=[]), options=ReadOptions(), extents=extents)
+    assert extents == {p: (*alone[p], False) for p in pieces}
+    assert sum(reads) < 2 * size, sum(reads)  # (once a piece: about 21 times the file)
+
+    with_blank = tmp_path / "one-blank.txt"  # a boundary far past most pieces' ends: they all stop there
+    data = path.read_bytes()
+    cut = data.index(b"\n", size - 5000) + 1
+    with_blank.write_bytes(data[:cut] + b"\n" + data[cut:])
+    pieces = split_file(with_blank, "text", size + 1, split)
+    tasks = [Task(f"{i:05d}", i, (p,), (p.end or size) - p.start) for i, p in enumerate(pieces)]
+    extents = {}
+    input_fingerprints(Plan(tasks=tasks, files=[]), options=ReadOptions(), extents=extents)
+    assert extents == {p: (*fmt.read_extent(p, ReadOptions()), False) for p in pieces}
+    assert {e[1] for p, e in extents.items() if p.end is not None and p.end <= cut} == {cut + 1}
 
 
 def test_non_local_filesystem_through_fsspec(corpus):

@@ -90,7 +90,9 @@ class ReadOptions:
     sentence_split: text format: each line is a paragraph, split into sentences by the segmenter.
     max_document_bytes: a text/WikiExtractor document that grows past this many bytes is
     emitted in consecutive parts of about this size (cut at line ends), so memory stays bounded
-    even for a file that has no document separators at all. Nothing is dropped.
+    even for a file that has no document separators at all. Nothing is dropped. A run's is its
+    ``block_bytes``: a task's block holds a whole part, so a bigger part made a bigger block
+    (a 64 MiB part took a worker past 1 GB).
     wiki_*: the Wikipedia dump's settings (``wikidump_format``): its multistream index (None:
     the one beside the dump), the namespace numbers read (comma-separated), and whether section
     headings and table text are kept.
@@ -100,7 +102,7 @@ class ReadOptions:
     sentence_split: bool = False
     on_decode_error: str = "replace"
     max_line_bytes: int = 1 << 20
-    max_document_bytes: int = 64 << 20
+    max_document_bytes: int = 4 << 20  # (the default --block-size)
     wiki_index: str | None = None
     wiki_namespaces: str = "0"
     wiki_keep_headings: bool = False
@@ -121,8 +123,12 @@ class ReadOptions:
 
     @classmethod
     def from_config(cls, config: object) -> ReadOptions:
-        """The options of a run: every field the config (any object) has an attribute for."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)})
+        """The options of a run: every field the config (any object) has an attribute for, and
+        its ``block_bytes`` as ``max_document_bytes``."""
+        values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
+        if hasattr(config, "block_bytes"):
+            values.setdefault("max_document_bytes", config.block_bytes)
+        return cls(**values)
 
 
 class InputFormat(ABC):
@@ -177,12 +183,15 @@ class InputFormat(ABC):
         end = file_size if piece.end is None else piece.end
         return max(0, end - piece.start)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None] | None:
+    def read_extent(self, piece: Piece, options: ReadOptions,
+                    following: tuple[int, int | None] | None = None) -> tuple[int, int | None] | None:
         """The bytes ``[start, end)`` of its file that reading ``piece`` depends on, exactly
         (``end=None``: to the end of the file), which a resumed run checks for changes; None (the
         default) when that is not known beyond its range: a reader may go past its end (to finish
         a document), so its range is checked together with the file's size. A line-based format
-        knows where its reader stops (:func:`~mlm_pipeline.read.ranges.line_read_extent`)."""
+        knows where its reader stops (:func:`~mlm_pipeline.read.ranges.line_read_extent`).
+        ``following``: the next piece's end and extent's end, found first (pieces are asked last
+        to first), which a search past this piece's end may stop at."""
         return None
 
     @abstractmethod

@@ -57,8 +57,8 @@ class JsonLinesFormat(InputFormat):
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
-        return line_read_extent(piece, options.max_line_bytes, every_line)
+    def read_extent(self, piece: Piece, options: ReadOptions, following=None) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, every_line, following)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_jsonl(piece, options, stats)

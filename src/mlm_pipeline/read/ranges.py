@@ -355,8 +355,12 @@ class OwnedLines:
         runs = lines.runs()
         if self._piece.start == 0:
             return runs
+        end = self._piece.end
         for start, run, too_long in runs:
             for i, line in enumerate(run):
+                if end is not None and start >= end:  # no boundary starts in the range: it owns nothing
+                    self._span_start = self._span_end = start  # (not read on to the file's end)
+                    return iter(())
                 if self._is_boundary(line, too_long):
                     self._span_start = start
                     return chain([(start, run[i:], too_long)], runs)
@@ -382,12 +386,17 @@ class OwnedLines:
         self._stream.close()
 
 
-def line_read_extent(piece: Piece, max_line_bytes: int,
-                     is_boundary: Callable[[bytes, bool], bool]) -> tuple[int, int | None]:
+def line_read_extent(piece: Piece, max_line_bytes: int, is_boundary: Callable[[bytes, bool], bool],
+                     following: tuple[int, int | None] | None = None) -> tuple[int, int | None]:
     """The bytes the reader of a byte-range ``piece`` of a line-based file depends on: from the
     byte before its start (which says whether the start is a line start) to the end of the first
     boundary line starting at or past its end, where it stops; ``None`` if none does (the file's
-    end). Reads the file from the piece's end to that line (a document's length, usually KBs)."""
+    end). Reads the file from the piece's end to that line (a document's length, usually KBs).
+
+    ``following``: ``(end, stop)`` of the file's next piece, known already: from that piece's end
+    on the search goes as that piece's did, so it stops there with ``stop``. Found last to first,
+    the pieces of a file with no boundary for a long way (a text file without blank lines) read
+    it once in all instead of once each."""
     start = max(0, piece.start - 1)
     if piece.end is None:
         return start, None
@@ -396,7 +405,9 @@ def line_read_extent(piece: Piece, max_line_bytes: int,
         # (``end``: reads of TAIL_BYTES, doubling, as the range's own reader does there)
         lines = LineReader(stream, tail.start, max_line_bytes=max_line_bytes, chunk_bytes=CHUNK_BYTES,
                            end=piece.end)
-        for _, line, too_long in lines:
+        for line_start, line, too_long in lines:
+            if following is not None and following[0] is not None and line_start >= following[0]:
+                return start, following[1]
             if is_boundary(line, too_long):
                 return start, lines.pos
     return start, None

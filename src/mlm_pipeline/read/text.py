@@ -32,8 +32,8 @@ class TextFormat(InputFormat):
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
-        return line_read_extent(piece, options.max_line_bytes, is_blank)
+    def read_extent(self, piece: Piece, options: ReadOptions, following=None) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, is_blank, following)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_text(piece, options, stats)
@@ -144,6 +144,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                         return True
                 else:
                     if doc.lines and doc.size + len(line) > limit:
+                        stats.documents_cut += 1
                         yield from _emit(doc.take(), piece, options, stats, owned.bom)
                     doc.add(start, line, too_long)
                 start += len(line) + 1

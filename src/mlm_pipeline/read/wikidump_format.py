@@ -75,7 +75,7 @@ class WikiDumpFormat(InputFormat):
         pieces = split_dump(url, split_bytes, index_url=self._index(url, options))
         return [Piece(url, self.name, start, end, None, meta) for start, end, meta in pieces]
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None] | None:
+    def read_extent(self, piece: Piece, options: ReadOptions, following=None) -> tuple[int, int | None] | None:
         """A multistream piece is whole streams, whose pages end in them: exactly its range. A
         piece of a plain XML or single-stream dump finishes its last page past its end: unknown."""
         return (piece.start, piece.end) if (piece.extra or {}).get("kind") == "multistream" else None

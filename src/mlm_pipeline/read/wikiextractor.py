@@ -34,8 +34,8 @@ class WikiExtractorFormat(InputFormat):
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
-        return line_read_extent(piece, options.max_line_bytes, _doc_boundary)
+    def read_extent(self, piece: Piece, options: ReadOptions, following=None) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, _doc_boundary, following)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_wikiextractor(piece, options, stats)
@@ -90,6 +90,7 @@ def _paragraph_docs(
                     inside = False
                     continue
                 if doc.lines and doc.size + len(line) > limit:
+                    stats.documents_cut += 1
                     yield from _emit(doc.take(), title, first_part, piece, options, stats, owned)
                     first_part = False
                 doc.add(start, line, too_long)

@@ -42,8 +42,8 @@ class WikiTextDatasetFormat(InputFormat):
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         return byte_ranges(url, self.name, size, split_bytes)
 
-    def read_extent(self, piece: Piece, options: ReadOptions) -> tuple[int, int | None]:
-        return line_read_extent(piece, options.max_line_bytes, _boundary)
+    def read_extent(self, piece: Piece, options: ReadOptions, following=None) -> tuple[int, int | None]:
+        return line_read_extent(piece, options.max_line_bytes, _boundary, following)
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return segment_documents(_paragraph_docs(piece, options, stats), stats)
@@ -75,6 +75,7 @@ def _paragraph_docs(piece: Piece, options: ReadOptions, stats: ReadStats) -> Ite
             if is_blank(line, too_long) or (not too_long and _HEADING.match(line)):
                 continue
             if doc.lines and doc.size + len(line) > limit:  # an article too long to hold: in parts
+                stats.documents_cut += 1
                 yield from _emit(doc.take(), piece, options, stats, owned)
             doc.add(start, line, too_long)
         yield from _emit(doc.take(), piece, options, stats, owned)

@@ -72,6 +72,11 @@ def warnings(manifest: dict) -> list[str]:
         out.append(f"{replaced:,} of the {documents:,} documents read ({replaced / documents:.0%}) had bytes that are "
                    "not UTF-8, replaced by U+FFFD and then dropped with the characters they were: is the input "
                    "in another encoding? Convert it first (iconv -f LATIN1 -t UTF-8 for Latin-1)")
+    if cut := t.get("documents_cut", 0):
+        out.append(f"documents longer than --block-size were cut into parts at line ends, {cut:,} time(s): a text "
+                   "file with no blank line is one document, read by one task alone; Google's text format puts a "
+                   "blank line between documents (a document per line: `sed G` puts a blank line after each line, and "
+                   "--sentence-split splits the lines into sentences)")
     return out
 
 

@@ -36,13 +36,14 @@ from mlm_pipeline.instances import get_objective
 
 log = logging.getLogger("mlm_pipeline")
 
-ALGORITHM = 4
+ALGORITHM = 5
 """Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same
 settings and seed give the same bytes only under the same version, so a run started under another
 is not resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts
 the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere;
 4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
-so a default run's tasks end elsewhere)."""
+so a default run's tasks end elsewhere; 5: a document longer than ``block_bytes`` is cut into parts of
+that size, not of 64 MiB)."""
 
 TOKENIZATION = {"reference": 2, "electra": 2}
 """Versions of the tokenizations that changed while the tokenizer's fingerprint did not, recorded by
@@ -218,20 +219,27 @@ def input_fingerprints(plan: Plan, *, full: bool = False, options: ReadOptions |
     an earlier call with the same ``options`` (filled in here), so that they are read once."""
     extents = {} if extents is None else extents
 
-    def extent(p: Piece) -> tuple[int, int | None, bool]:
-        """(start, end, whether the file's size is part of it)"""
-        if options is None or not (full or fs.is_local(p.url)):  # (an object's ETag covers it whole)
-            return p.start, p.end, True
-        if p not in extents:
-            exact = get_input_format(p.fmt).read_extent(p, options)
-            extents[p] = (p.start, p.end, True) if exact is None else (*exact, False)
-        return extents[p]
+    def ranged(p: Piece) -> bool:
+        return p.compression is None and get_input_format(p.fmt).unit == "bytes"
+
+    def exact(p: Piece) -> bool:
+        return options is not None and (full or fs.is_local(p.url))  # (an object's ETag covers it whole)
+
+    by_file: dict[str, list[Piece]] = {}
+    for p in (p for t in plan.tasks for p in t.pieces if ranged(p) and exact(p) and p not in extents):
+        by_file.setdefault(p.url, []).append(p)
+    for pieces in by_file.values():  # last to first: each search past a piece's end may stop at the next one's
+        following, after = None, None
+        for p in sorted(pieces, key=lambda p: p.start, reverse=True):
+            found = get_input_format(p.fmt).read_extent(p, options, following if after == p.end else None)
+            extents[p] = (p.start, p.end, True) if found is None else (*found, False)
+            following, after = (None, None) if found is None else ((p.end, found[1]), p.start)
 
     def ranges(task: Task) -> list[tuple[str, int, int | None, bool]]:
         out = []
         for p in task.pieces:
-            if p.compression is None and get_input_format(p.fmt).unit == "bytes":
-                out.append((p.url, *extent(p)))
+            if ranged(p):
+                out.append((p.url, *(extents[p] if exact(p) else (p.start, p.end, True))))
             else:
                 out.append((p.url, 0, None, True))
             out += [(u, 0, None, True) for u in (p.extra or {}).get("side_files", [])]
