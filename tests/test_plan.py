@@ -200,7 +200,8 @@ def test_a_format_splits_by_its_side_file_and_the_side_file_is_not_read_alone(in
 
 def test_links_to_directories_are_followed_once_and_what_cannot_be_read_is_counted(tmp_path):
     """A linked subdirectory is read through its link; a loop, a second link to the same
-    directory and a broken link are skipped with their reason, never stopping the run."""
+    directory, a link to a file listed already and a broken link are skipped with their reason,
+    never stopping the run."""
     import os
     import shutil
 
@@ -216,16 +217,36 @@ def test_links_to_directories_are_followed_once_and_what_cannot_be_read_is_count
     os.symlink(corpus / "a.txt", corpus / "sub" / "file-link.txt")
 
     plan = plan_tasks(PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "out"), tokenizer=str(VOCAB)))
-    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(corpus / "linked" / "b.txt"),
-                                               str(corpus / "sub" / "file-link.txt")]
+    assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(corpus / "linked" / "b.txt")]
     reasons = {os.path.relpath(s["path"], corpus): s["reason"] for s in plan.skipped_files}
     assert reasons == {"broken": "unreadable", "sub/linked-again": "directory_link_seen",
-                       "sub/loop": "directory_link_seen"}
+                       "sub/loop": "directory_link_seen", "sub/file-link.txt": "file_seen"}
     # a link to the directory given as the input works as the directory itself
     os.symlink(corpus, tmp_path / "corpus-link")
     plan = plan_tasks(PrepareConfig(inputs=[str(tmp_path / "corpus-link")], output=str(tmp_path / "o2"),
                                     tokenizer=str(VOCAB)))
-    assert len(plan.files) == 3
+    assert len(plan.files) == 2
+
+
+def test_a_quoted_glob_lists_the_directories_it_matches_and_a_file_is_read_once_by_any_path(tmp_path):
+    """`prepare 'corpus/*'` reads what the shell's expansion would give it: a matched
+    subdirectory's files too (they were left out, unsaid). A file named twice, by other spellings
+    of its path or through a link to it, is read once."""
+    import os
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    shutil.copyfile(SAMPLE_TEXT, corpus / "top.txt")
+    shutil.copyfile(SAMPLE_TEXT, corpus / "sub" / "inner.txt")
+    plan = plan_tasks(config([str(corpus / "*")]))
+    assert [f["path"] for f in plan.files] == [str(corpus / "sub" / "inner.txt"), str(corpus / "top.txt")]
+    assert plan.skipped_files == []
+    os.symlink(corpus / "top.txt", tmp_path / "top-link.txt")
+    plan = plan_tasks(config([str(corpus), f"{corpus}/../corpus/top.txt", f"{corpus}//sub/./inner.txt",
+                              str(tmp_path / "top-link.txt")]))
+    assert [f["path"] for f in plan.files] == [str(corpus / "sub" / "inner.txt"), str(corpus / "top.txt")]
+    assert [(s["path"], s["reason"]) for s in plan.skipped_files] == [(str(tmp_path / "top-link.txt"), "file_seen")]
 def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, caplog):
     """`prepare corpus/*` over a folder holding the vocab and a binary file reads the text only."""
     import logging

@@ -198,24 +198,19 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
     missing: list[str] = []
     for item in inputs:
         fs, path = get_fs(item)
+        if is_local(item):  # (``a/../a/x.txt`` and ``a//x.txt`` are ``a/x.txt``, listed once)
+            path = os.path.normpath(path)
         prefix = _protocol_prefix(item)
-        if _glob.has_magic(path):
-            infos = fs.glob(path, detail=True)
-            matches = {m: info for m, info in infos.items() if info.get("type") == "file"}
+        if _glob.has_magic(path):  # a directory it matches is listed as if named
+            matches = {}
+            for m, info in fs.glob(path, detail=True).items():
+                matches.update(_listing(fs, item, m, info, skipped))
         else:
             try:
                 info = fs.info(path)
             except OSError:  # missing (or unreachable): named below, with every other
                 info = None
-            if info is None:
-                matches = {}
-            elif is_local(item) and os.path.isdir(path):  # (a link to a directory too)
-                matches = _walk_local(path, skipped)
-            elif info.get("type") == "directory":
-                infos = fs.find(path, detail=True)
-                matches = {m: i for m, i in infos.items() if not _hidden_below(path, m)}
-            else:
-                matches = {path: info}
+            matches = {} if info is None else _listing(fs, item, path, info, skipped)
         if not matches:
             missing.append(item)
             continue
@@ -228,14 +223,45 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
                 _LISTED[url] = matches[m]
     if missing:
         raise InputError("no input found at: " + ", ".join(missing))
-    # keep order stable and unique
-    seen: set[str] = set()
-    out = []
+    # keep order stable and unique: a local file reached by several paths (a link to it) is read
+    # once, by the first of them in URL order (whatever order the inputs were named in)
+    unique: dict[str, int] = {}
     for url, size in found:
-        if url not in seen:
-            seen.add(url)
+        unique.setdefault(url, size)
+    keys = {url: _file_key(url) for url in unique}
+    kept: dict[tuple[int, int], str] = {}
+    for url, key in keys.items():
+        if key is not None:
+            kept[key] = min(kept.get(key, url), url)
+    out = []
+    for url, size in unique.items():
+        if keys[url] is not None and kept[keys[url]] != url:
+            skipped.append({"path": url, "reason": "file_seen",
+                            "detail": f"the same file as {kept[keys[url]]} (a link to it, or another path): read once"})
+        else:
             out.append((url, size))
     return out
+
+
+def _file_key(url: str) -> tuple[int, int] | None:
+    """A local file's device and inode (None for an object, or a file that cannot be read)."""
+    if not is_local(url):
+        return None
+    try:
+        st = os.stat(get_fs(url)[1])
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _listing(fs, item: str, path: str, info: dict, skipped: list[dict]) -> dict[str, dict]:
+    """The files of ``path`` (named by ``item`` or matched by its glob): itself, or those of the
+    directory it is."""
+    if is_local(item) and os.path.isdir(path):  # (a link to a directory too)
+        return _walk_local(path, skipped)
+    if info.get("type") == "directory":
+        return {m: i for m, i in fs.find(path, detail=True).items() if not _hidden_below(path, m)}
+    return {path: info} if info.get("type") == "file" or not _glob.has_magic(item) else {}
 
 
 SAMPLED_BLOCKS = 8
