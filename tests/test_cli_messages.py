@@ -263,20 +263,26 @@ def test_whole_word_masking_without_masks_in_the_shards_says_where_it_belongs(tm
     assert "--do-whole-word-mask" not in err
 
 
-def test_a_vocab_without_its_unknown_token_is_refused_before_any_task(tmp_path):
-    """HF's WordPiece fails the first word it cannot spell when [UNK] is missing, mid-task and
-    without naming the vocabulary (Google's script: a KeyError there): refused at load instead."""
+def test_a_vocab_without_its_unknown_token_is_warned_about_and_named_where_it_fails(tmp_path):
+    """HF's WordPiece fails the first word it cannot spell when [UNK] is missing, as Google's
+    script does (a KeyError there), with a message that names no file: a warning at the start,
+    and the task's error names the tokenizer and the fix. Text it can spell is prepared."""
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(t + "\n" for t in VOCAB.read_text(encoding="utf-8").splitlines() if t != "[UNK]"),
                      encoding="utf-8")
-    text = tmp_path / "snowman.txt"
-    text.write_text("A snowman \u2603 stands here.\nIt melts.\n\nAnother document.\nIt ends.\n", encoding="utf-8")
+    snowman = tmp_path / "snowman.txt"
+    snowman.write_text("A snowman \u2603 stands here.\nIt melts.\n\nAnother document.\nIt ends.\n", encoding="utf-8")
+    warned = f"tokenizer {vocab} has no [UNK] token: a word its vocabulary cannot spell will stop the run's task there"
     for reference in ([], ["--reference"]):
         out = tmp_path / f"out{len(reference)}"
-        got = cli("prepare", text, "-o", out, "-t", vocab, *reference, "--no-progress", check_code=2)
-        assert f"tokenizer {vocab} has no [UNK] token" in got.stderr and "add a line [UNK]" in got.stderr
-        assert "Traceback" not in got.stderr and "task 00000" not in got.stderr
-        assert not (out / "shards").exists()
+        got = cli("prepare", snowman, "-o", out, "-t", vocab, *reference, "--no-progress", check_code=2)
+        assert warned in got.stderr
+        assert f"TokenizerError: tokenizer {vocab} has no [UNK] token: a text holds a word its vocabulary cannot " \
+               "spell; add a line [UNK] to the vocabulary" in got.stderr, got.stderr
+        assert "Traceback" not in got.stderr and "WordPiece error" not in got.stderr
+        spelled = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / f"spelled{len(reference)}", "-t", vocab, *reference,
+                      "--no-progress")
+        assert warned in spelled.stderr and spelled.stdout.startswith("wrote ")
 
 
 def test_a_text_file_without_blank_lines_is_cut_into_block_sized_parts_and_warned_about(tmp_path):

@@ -291,7 +291,7 @@ def _run_prepare(config) -> None:
         _fail(str(exc))
     except TaskFailed as exc:
         cause = exc.cause
-        if isinstance(cause, (InputError, OutputError)):
+        if isinstance(cause, (InputError, OutputError, TokenizerError)):
             _fail(str(exc))
         _fail(str(exc), code=1)
     except OSError as exc:  # storage unreachable, access denied, ...

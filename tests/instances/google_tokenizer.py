@@ -63,20 +63,20 @@ def _run_split_on_punc(word: str) -> list[str]:
     return ["".join(p) for p in pieces]
 
 
-def google_words(text: str, lower: bool, cleaning: str) -> list[str]:
-    """Google's BasicTokenizer.tokenize, step by step."""
+def google_words(text: str, lower: bool, cleaning: str, strip: bool = True) -> list[str]:
+    """Google's BasicTokenizer.tokenize, step by step (``strip``: ELECTRA's ``strip_accents``)."""
     split_tokens = []
     for token in _tokenize_chinese_chars(_clean_text(text, cleaning)).strip().split():
         if lower:
-            token = _run_strip_accents(token.lower())
+            token = _run_strip_accents(token.lower()) if strip else token.lower()
         split_tokens.extend(_run_split_on_punc(token))
     return " ".join(split_tokens).strip().split()
 
 
-def google_ids(text: str, vocab: dict[str, int], lower: bool, cleaning: str) -> list[int]:
+def google_ids(text: str, vocab: dict[str, int], lower: bool, cleaning: str, strip: bool = True) -> list[int]:
     """Google's FullTokenizer: BasicTokenizer, then greedy longest-match WordPiece (200 chars)."""
     out = []
-    for word in google_words(text, lower, cleaning):
+    for word in google_words(text, lower, cleaning, strip):
         pieces, start = [], 0
         while len(word) <= 200 and start < len(word):
             end = len(word)
@@ -94,8 +94,8 @@ def electra_words(text: str, lower: bool) -> list[str]:
     return google_words(text, lower, "electra")
 
 
-def electra_ids(text: str, vocab: dict[str, int], lower: bool) -> list[int]:
-    return google_ids(text, vocab, lower, "electra")
+def electra_ids(text: str, vocab: dict[str, int], lower: bool, strip: bool = True) -> list[int]:
+    return google_ids(text, vocab, lower, "electra", strip)
 
 
 def code_points_sample() -> list[int]:

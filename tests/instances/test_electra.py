@@ -522,6 +522,30 @@ def test_flavor_gives_electras_ids_on_every_code_point_and_runs_of_marks(lower, 
     assert not wrong, f"{len(wrong)} texts, first {ascii(wrong[0])}"
 
 
+def test_a_tokenizer_json_or_model_directory_sets_the_flavors_case_and_accents(tmp_path):
+    """Its BertNormalizer (or a directory's tokenizer_config.json) says whether to lower-case and
+    strip accents, as for the bert flavor: lower-casing without stripping is ELECTRA's
+    --no-strip-accents, with its ids on every code point and the runs of marks. The flavor took
+    the vocab alone and lower-cased and stripped by --do-lower-case (the default: on)."""
+    path = write_char_vocab(tmp_path / "vocab.txt")
+    vocab = read_google_vocab(str(path))
+    texts = code_point_probes() + mark_runs()
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "vocab.txt").write_bytes(path.read_bytes())
+    (model_dir / "tokenizer_config.json").write_text('{"do_lower_case": true, "strip_accents": false}')
+    for lower, strip in ((True, False), (False, False), (True, True)):
+        json_path = tmp_path / f"tokenizer-{lower}-{strip}.json"
+        BertWordPieceTokenizer(str(path), lowercase=lower, strip_accents=strip).save(str(json_path))
+        for given in ([json_path, model_dir] if (lower, strip) == (True, False) else [json_path]):
+            tok = load_tokenizer(str(given), not lower, "electra")  # (the flag says otherwise: the file wins)
+            ids, lens = tok.encode_batch(texts)
+            wrong = [t for t, g in zip(texts, np.split(ids, np.cumsum(lens)[:-1]))
+                     if g.tolist() != electra_ids(t, vocab, lower, strip)]
+            assert not wrong, (given.name, lower, strip, len(wrong), ascii(wrong[0]))
+            assert tok.lowercases is lower
+
+
 def test_flavor_from_tokenizer_json_and_bad_vocabularies(tmp_path):
     hf = BertWordPieceTokenizer(str(ZH_EN_VOCAB), lowercase=True)
     hf.save(str(tmp_path / "tokenizer.json"))

@@ -30,6 +30,7 @@ from mlm_pipeline.environment import quiet_collector
 from mlm_pipeline.errors import TaskFailed
 from mlm_pipeline.plan import Task
 from mlm_pipeline.task import ProgressFn, run_task
+from mlm_pipeline.tokenize import unspellable_word_error
 
 PROGRESS_TASK = "_task"  # the key of a progress increment that names its task (its id)
 
@@ -50,7 +51,12 @@ def run_one(task: Task, config: PrepareConfig, progress: ProgressFn | None = Non
     the task only (:func:`mlm_pipeline.environment.quiet_collector`).
     """
     with quiet_collector():
-        return run_task(task, config, progress=progress)
+        try:
+            return run_task(task, config, progress=progress)
+        except Exception as exc:
+            if (named := unspellable_word_error(exc, config.tokenizer)) is not None:
+                raise named from exc
+            raise
 
 
 log = logging.getLogger("mlm_pipeline")

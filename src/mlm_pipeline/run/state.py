@@ -30,7 +30,7 @@ from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
 from mlm_pipeline.run import layout
 from mlm_pipeline.stats import add_counts
-from mlm_pipeline.tokenize import case_mismatch, load_tokenizer
+from mlm_pipeline.tokenize import case_mismatch, load_tokenizer, missing_unk_message
 from mlm_pipeline.formats.sink import clean_tmp
 from mlm_pipeline.instances import get_objective
 
@@ -172,6 +172,9 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     # fail early on a bad tokenizer or backend name
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
+    if tok.missing_unk:
+        log.warning("%s", missing_unk_message(config.tokenizer, tok.missing_unk, "a word its vocabulary cannot "
+                                              "spell will stop the run's task there"))
     if (mismatch := case_mismatch(tok)) is not None:
         log.warning("%s", mismatch)
     elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":

@@ -130,12 +130,17 @@ def _needs_python() -> re.Pattern:
     return re.compile("[" + "".join(map(re.escape, [CAPITAL_SIGMA, *marks])) + "]")
 
 
-def electra_in_python(text: str) -> str:
+def electra_in_python(text: str, strip_accents: bool = True) -> str:
     """A text as the ``electra`` flavor's HF steps must get it when lower-casing: one holding a
     capital sigma or a mark NFD orders by class (:func:`_needs_python`) cleaned, lower-cased and
     put in NFD by Python, as ELECTRA's tokenizer does (HF's steps then change nothing of that);
-    any other text unchanged."""
-    if not text.isascii() and _needs_python().search(text):
+    any other text unchanged. Without accent stripping (ELECTRA's ``--no-strip-accents``) there is
+    no NFD: only a capital sigma needs Python's lower-casing."""
+    if text.isascii():
+        return text
+    if not strip_accents:
+        return google_lower(text, "electra") if CAPITAL_SIGMA in text else text
+    if _needs_python().search(text):
         return google_normalized(text, "electra")
     return text
 
@@ -165,26 +170,29 @@ def read_google_vocab(path: str) -> dict[str, int]:
 
 def google_rules_tokenizer(
     vocab: dict[str, int], lowercase: bool, cleaning: str, *, unk_token: str = "[UNK]", prefix: str = "##",
-    normalized_in_python: bool = False,
+    normalized_in_python: bool = False, strip_accents: bool = True,
 ) -> Tokenizer:
     """An HF tokenizer applying Google's ``FullTokenizer`` rules (``cleaning``: BERT's or
     ELECTRA's) to a WordPiece ``vocab``.
 
-    Accents are stripped exactly when lower-casing (as Google's tokenizer does). Capital sigmas
-    must be lower-cased before (see above). ``normalized_in_python``: texts come lower-cased and
-    in NFD by Python's tables (:func:`google_normalized`), so HF's own (Rust's newer case
-    mappings, older canonical combining classes) do not take part.
+    Accents are stripped when lower-casing (as Google's tokenizer does), unless ``strip_accents``
+    is False (ELECTRA's ``--no-strip-accents``: lower-casing alone). Capital sigmas must be
+    lower-cased before (see above). ``normalized_in_python``: texts come lower-cased and in NFD by
+    Python's tables (:func:`google_normalized`), so HF's own (Rust's newer case mappings, older
+    canonical combining classes) do not take part.
     """
     classes = google_char_classes(cleaning)
     steps = [
         normalizers.Replace(Regex(_onig_class(classes["delete"])), ""),
         normalizers.Replace(Regex(_onig_class(classes["space"])), " "),
     ]
+    strip = lowercase and strip_accents
     if lowercase and not normalized_in_python:
         steps.append(normalizers.Lowercase())
+    if strip and not normalized_in_python:
         steps += [normalizers.Replace(c, unicodedata.normalize("NFD", c)) for c in _NFD_PATCHES]
         steps.append(normalizers.NFD())
-    if lowercase:
+    if strip:
         steps.append(normalizers.Replace(Regex(_onig_class(classes["mark"])), ""))
     tok = Tokenizer(
         models.WordPiece(
@@ -200,11 +208,12 @@ def google_rules_tokenizer(
     return tok
 
 
-def electra_tokenizer(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
-    """The ``electra`` flavor: ELECTRA's ``FullTokenizer`` rules over a WordPiece ``vocab``."""
+def electra_tokenizer(vocab: dict[str, int], lowercase: bool, strip_accents: bool = True) -> Tokenizer:
+    """The ``electra`` flavor: ELECTRA's ``FullTokenizer`` rules over a WordPiece ``vocab``
+    (``strip_accents``: its ``--do-strip-accents``/``--no-strip-accents``, when lower-casing)."""
     if "[UNK]" not in vocab:
         raise TokenizerError("tokenizer flavor 'electra' needs a vocabulary with [UNK]")
-    return google_rules_tokenizer(vocab, lowercase, "electra")
+    return google_rules_tokenizer(vocab, lowercase, "electra", strip_accents=strip_accents)
 
 
 def google_rules_of(spec: dict) -> tuple[dict[str, int], bool, str, str] | None:

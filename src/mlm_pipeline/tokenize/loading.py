@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,12 @@ _SPECIALS = {
 }
 
 
-def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Tokenizer, str]:
+def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
+             strip_accents: bool | None = None) -> tuple[Tokenizer, str, tuple[bool, bool] | None]:
+    """The HF tokenizer at ``path``, its kind, and for the ``electra`` flavor whether it lower-cases
+    and strips accents: a ``tokenizer.json``'s own ``BertNormalizer`` says so (as it does for the
+    ``bert`` flavor), a model directory's ``tokenizer_config.json`` for its ``vocab.txt``
+    (``do_lower_case``, ``strip_accents``: HF's names), else ``do_lower_case``."""
     p = Path(path)
     if not p.exists():
         if looks_like_hub_name(path):  # bert-base-uncased: from the HF cache, or the hub
@@ -59,10 +65,13 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Toke
             cfg = p / "tokenizer_config.json"
             if cfg.is_file():
                 try:
-                    do_lower_case = bool(json.loads(cfg.read_text()).get("do_lower_case", do_lower_case))
+                    settings = json.loads(cfg.read_text())
                 except (json.JSONDecodeError, OSError) as exc:
                     raise TokenizerError(f"cannot read {cfg}: {exc}") from exc
-            return _resolve(str(p / "vocab.txt"), do_lower_case, flavor)
+                do_lower_case = bool(settings.get("do_lower_case", do_lower_case))
+                if settings.get("strip_accents") is not None:
+                    strip_accents = bool(settings["strip_accents"])
+            return _resolve(str(p / "vocab.txt"), do_lower_case, flavor, strip_accents)
         raise TokenizerError(f"{path} is a directory without tokenizer.json or vocab.txt")
     if p.suffix == ".json":
         try:
@@ -75,15 +84,25 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert") -> tuple[Toke
                     f"tokenizer flavor 'electra' needs a WordPiece vocabulary; {path} holds a "
                     f"{type(tok.model).__name__} model"
                 )
-            return electra_tokenizer(tok.get_vocab(with_added_tokens=False), do_lower_case), "tokenizer.json"
-        return tok, "tokenizer.json"
+            norm = json.loads(tok.to_str()).get("normalizer") or {}
+            if norm.get("type") == "BertNormalizer":  # its own case and accents, as for the bert flavor
+                do_lower_case = bool(norm.get("lowercase"))
+                strip_accents = None if norm.get("strip_accents") is None else bool(norm["strip_accents"])
+            return _electra(tok.get_vocab(with_added_tokens=False), do_lower_case, strip_accents), "tokenizer.json", \
+                (do_lower_case, do_lower_case and strip_accents is not False)
+        return tok, "tokenizer.json", None
     if flavor == "electra":
-        return electra_tokenizer(read_google_vocab(str(p)), do_lower_case), "wordpiece-vocab"
+        return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents), "wordpiece-vocab", \
+            (do_lower_case, do_lower_case and strip_accents is not False)
     try:
-        tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case)._tokenizer
+        tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case, strip_accents=strip_accents)._tokenizer
     except Exception as exc:
         raise TokenizerError(f"cannot load WordPiece vocab {path}: {exc}") from exc
-    return tok, "wordpiece-vocab"
+    return tok, "wordpiece-vocab", None
+
+
+def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None) -> Tokenizer:
+    return electra_tokenizer(vocab, lowercase, strip_accents is not False)
 
 
 def _continuation_table(tok: Tokenizer) -> np.ndarray:
@@ -122,8 +141,7 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
     words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
              if t is not None and not (t.startswith("[") and t.endswith("]"))]
     cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
-    # what the tokenizer does: a model directory's tokenizer_config.json may have overridden the flag
-    lower = getattr(tok.tokenizer.normalizer, "lowercase", tok.do_lower_case)
+    lower = tok.lowercases
     if cased and lower:
         return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
                 "--no-do-lower-case uses them")
@@ -131,6 +149,23 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
         return ("the vocabulary is uncased (no upper-case entries) but --no-do-lower-case keeps the text's "
                 "case: capitalised words become [UNK] or pieces; drop --no-do-lower-case")
     return None
+
+
+def missing_unk_message(path: str, unk: str, what: str) -> str:
+    """What a run says of a WordPiece vocabulary without its unknown token (``what``: what happens)."""
+    return f"tokenizer {path} has no {unk} token: {what}; add a line {unk} to the vocabulary"
+
+
+_MISSING_UNK = re.compile(r"Missing (\S+) token from the vocabulary")
+
+
+def unspellable_word_error(exc: BaseException, path: str) -> TokenizerError | None:
+    """HF's failure on a word a vocabulary without its unknown token cannot spell, as an error
+    naming the tokenizer and the fix (HF's own names neither), or None for any other error."""
+    found = _MISSING_UNK.search(str(exc))
+    if found is None or isinstance(exc, TokenizerError):
+        return None
+    return TokenizerError(missing_unk_message(path, found.group(1), "a text holds a word its vocabulary cannot spell"))
 
 
 @dataclass(frozen=True)
@@ -147,7 +182,7 @@ class TextTokenizer:
     def __init__(self, path: str, *, do_lower_case: bool = True, flavor: str = "bert", backend: str = "auto"):
         if flavor not in TOKENIZER_FLAVORS:
             raise TokenizerError(f"unknown tokenizer flavor {flavor!r} (choose {' or '.join(TOKENIZER_FLAVORS)})")
-        tok, kind = _resolve(path, do_lower_case, flavor)
+        tok, kind, electra_case = _resolve(path, do_lower_case, flavor)
         tok.no_truncation()
         tok.no_padding()
         self.path = path
@@ -156,7 +191,11 @@ class TextTokenizer:
         self.flavor = flavor
         # ELECTRA lower-cases a capital sigma by context, which HF's Lowercase cannot, and orders
         # marks by Python's combining classes (google_rules.electra_in_python)
-        self._lower_in_python = flavor == "electra" and do_lower_case
+        self._lower_in_python = electra_case is not None and electra_case[0]
+        self._strip_accents = electra_case is None or electra_case[1]
+        # what the tokenizer does: a model directory's tokenizer_config.json may have overridden the flag
+        self.lowercases = electra_case[0] if electra_case is not None else \
+            bool(getattr(tok.normalizer, "lowercase", do_lower_case))
         self.tokenizer = tok
         ids = {}
         for role, names in _SPECIALS.items():
@@ -172,11 +211,9 @@ class TextTokenizer:
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
             )
         unk = getattr(tok.model, "unk_token", None) if isinstance(tok.model, models.WordPiece) else None
-        if unk is not None and tok.token_to_id(unk) is None:
-            # HF fails the first word it cannot split, mid-task (Google's script: a KeyError there)
-            raise TokenizerError(
-                f"tokenizer {path} has no {unk} token: a word the vocabulary cannot spell would fail "
-                f"the run; add a line {unk} to the vocabulary")
+        # a WordPiece vocabulary without its unknown token: the first word it cannot spell fails
+        # the task, as Google's script stops there (a KeyError); warned about at a run's start
+        self.missing_unk: str | None = unk if unk is not None and tok.token_to_id(unk) is None else None
         self.special = SpecialIds(cls=ids["cls"], sep=ids["sep"], mask=ids["mask"], pad=ids.get("pad", 0))
         self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
@@ -212,7 +249,7 @@ class TextTokenizer:
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         if self._lower_in_python:
-            texts = [t if t.isascii() else electra_in_python(t) for t in texts]
+            texts = [t if t.isascii() else electra_in_python(t, self._strip_accents) for t in texts]
         return self.checked.encode_batch(texts)
 
     def begin_task(self) -> None:
