@@ -267,3 +267,24 @@ def test_a_collator_of_another_vocab_is_refused_by_the_loader(parquet_out, tmp_p
     for same in (str(VOCAB), load_tokenizer(str(VOCAB), False)):
         batch = next(iter(MLMDataLoader(dataset, batch_size=8, collate_fn=MLMCollator(same, masking="dynamic"))))
         assert (batch["input_ids"] == 103).any()
+
+
+def test_a_static_collator_on_shards_without_masks_is_refused_by_the_loader(tmp_path):
+    """Shards prepared with --masking none hold no masks: a collator built directly with
+    masking='static' gave batches whose labels were all -100 (a NaN loss); refused like
+    dataset.collator(masking='static')."""
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.torch import MLMDataLoader
+
+    out = tmp_path / "unmasked"
+    run_prepare(PrepareConfig(inputs=[str(WIKITEXT)], output=str(out), tokenizer=str(VOCAB), workers=1,
+                              progress=False, masking="none", format="parquet"))
+    dataset = MLMDataset(str(out), seed=1)
+    with pytest.raises(ValueError, match=r"prepared without masks \(masking: none\)"):
+        dataset.collator(masking="static")
+    with pytest.raises(ValueError, match=r"prepared without masks \(masking: none\), so a collator with "
+                                         r"masking='static' would give no labels"):
+        MLMDataLoader(dataset, batch_size=4, collate_fn=MLMCollator(str(VOCAB), masking="static"))
+    batch = next(iter(MLMDataLoader(dataset, batch_size=4, collate_fn=MLMCollator(str(VOCAB), masking="dynamic"))))
+    assert (batch["labels"] != -100).any()

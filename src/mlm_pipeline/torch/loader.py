@@ -55,6 +55,10 @@ class MLMDataLoader:
             raise ValueError(f"the dataset's length bins are cut into batches of {dataset.bin_batch_size}, "
                              f"not {batch_size}: give both the same batch size")
         _check_tokenizer(dataset, collate_fn)
+        if getattr(collate_fn, "masking", None) == "static" and not dataset.prepared.is_masked:
+            # (every label -100: a NaN loss, not an error, in a training step)
+            raise ValueError(f"{dataset.prepared.url} was prepared without masks (masking: none), so a collator with "
+                             "masking='static' would give no labels: use masking='dynamic' (or dataset.collator())")
         self.dataset = dataset
         self.batch_size = batch_size
         self.collate_fn = collate_fn
