@@ -183,3 +183,23 @@ def test_inputs_it_skips_are_named(tmp_path, caplog):
         docs = list(iter_corpus_documents([str(folder)]))
     assert docs and f"skipping {folder / 'vocab.txt'} (vocabulary)" in caplog.text
     assert f"skipping {folder / 'empty.txt'} (empty_file)" in caplog.text
+
+
+def test_a_vocab_short_of_the_size_asked_says_why(trained, tmp_path, caplog):
+    """The merges stop when no pair is seen --min-frequency times: on a small corpus the vocab is
+    far below --vocab-size, which a model config built with that size would not match. Warned,
+    and recorded in vocab-report.json; a corpus big enough gives the size and no warning."""
+    import logging
+
+    from conftest import SAMPLE_TEXT
+
+    _, report = trained
+    assert report.vocab_size == SETTINGS.vocab_size and report.short_of_size is None
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        small = train_vocab(iter_corpus_documents([str(SAMPLE_TEXT)]), str(tmp_path / "v" / "tokenizer.json"),
+                            VocabSettings(vocab_size=30522))
+    assert small.vocab_size < 1000
+    why = (f"{small.vocab_size:,} entries, fewer than the 30,522 asked: no pair of pieces is seen 2 times "
+           "(--min-frequency) any more")
+    assert small.short_of_size.startswith(why) and any(why in r.getMessage() for r in caplog.records)
+    assert json.loads((tmp_path / "v" / "vocab-report.json").read_text())["short_of_size"] == small.short_of_size

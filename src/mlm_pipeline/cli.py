@@ -4,10 +4,9 @@
 with the field's help, choices, default and help panel, so a new setting is one field there.
 Its flag names follow google-research/bert's ``create_pretraining_data.py`` (with dashes), and
 Google's own spellings (``--max_seq_length=128``, ``--do_lower_case=True``, ``--input_file=a,b``)
-work as written. User errors print one clear message and exit 2; a failed task exits 1; Ctrl-C
-exits 130 (SIGTERM: 143) and the next identical command resumes.
-
-Help text is escaped for rich, so ``[torch]`` or ``[CLS]`` show as written.
+work as written. User errors print one clear message and exit 2 (so does a task failed by its
+input or tokenizer; another failed task exits 1); Ctrl-C exits 130 (SIGTERM: 143) and the next
+identical command resumes. Help text is escaped for rich: ``[torch]`` or ``[CLS]`` show as written.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from inspect import Parameter, Signature, getdoc
@@ -344,7 +344,7 @@ def _echo_worker_summary(summary: dict) -> dict | None:
         typer.echo("run complete; manifest.json was written by another worker")
     elif summary["tasks_done"] >= summary["tasks_total"]:
         typer.echo("every task has a marker but manifest.json is not written yet (a task may be being "
-                   f"redone): run mlm-pipeline finalize {summary['output']} to check")
+                   f"redone): run mlm-pipeline finalize {shlex.quote(summary['output'])} to check")
     else:
         typer.echo("other workers' tasks are still running; the last to finish writes manifest.json "
                    "(or run: mlm-pipeline finalize OUTPUT)")
@@ -429,7 +429,7 @@ def report(
     url = manifest_url(output)
     if fs.is_local(output) and os.path.isfile(output):
         _fail(f"{output} is a file: report reads an output directory (the one holding manifest.json); "
-              f"to look at one shard: mlm-pipeline inspect {output}")
+              f"to look at one shard: mlm-pipeline inspect {shlex.quote(output)}")
     try:
         manifest = read_manifest(output, need=("shards", "totals"))
     except FileNotFoundError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import Iterator
 
 from mlm_pipeline import fs
@@ -102,7 +103,7 @@ def _resolve(path: str) -> tuple[list[str], dict, OutputFormat, str | None]:
     here = os.path.dirname(path.rstrip("/"))
     if _run_of(here or ".") is not None:  # OUTPUT/manifest.json, OUTPUT/_run.json, ...
         raise InspectError(f"{path}: a file of the prepared output {here or '.'}, not a shard; "
-                           f"run: mlm-pipeline inspect {here or '.'}")
+                           f"run: mlm-pipeline inspect {shlex.quote(here or '.')}")
     parent = os.path.dirname(here)  # OUTPUT of OUTPUT/shards/FILE
     run = _run_of(parent or ".")
     if run is not None:

@@ -3,7 +3,8 @@
 Semantics of ``create_pretraining_data.py``: per instance
 ``num_to_predict = min(max_predictions, max(1, round(len(tokens) * masked_lm_prob)))`` (the length
 counts ``[CLS]``/``[SEP]``, rounding is half-to-even like Python's ``round``), positions drawn
-uniformly among non-special tokens; with whole-word masking, words (a token plus its continuation
+uniformly among non-special tokens (``[UNK]`` included, as HF's collator; Google's script
+leaves out only ``[CLS]``/``[SEP]``); with whole-word masking, words (a token plus its continuation
 pieces) are visited in random order and taken whole while they fit — a word that would overflow
 the budget is skipped, so no word is ever partly masked. Each chosen position becomes ``[MASK]``
 with probability 0.8, else a uniformly random vocabulary id with 0.5, else stays itself.

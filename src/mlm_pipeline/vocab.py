@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,8 @@ from typing import Iterable, Iterator
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from mlm_pipeline.errors import ConfigError
+
+log = logging.getLogger("mlm_pipeline")
 
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PREFIX = "##"
@@ -76,6 +79,7 @@ class VocabReport:
     character_coverage: float = 0.0
     merges: int = 0
     vocab_size: int = 0
+    short_of_size: str | None = None  # why vocab_size is below the size asked (settings' vocab_size)
     files: list[str] = field(default_factory=list)
 
 
@@ -192,6 +196,8 @@ def train_wordpiece(word_counts: dict[str, int], settings: VocabSettings) -> tup
         if pair_counts.get((a, b), 0) != -negc:
             continue  # stale entry; the current count was pushed when it changed
         if -negc < settings.min_frequency:
+            report.short_of_size = (f"no pair of pieces is seen {settings.min_frequency} times (--min-frequency) "
+                                    "any more")
             break
         new = token_id(_merged(vocab[a], vocab[b]))
         report.merges += 1
@@ -227,6 +233,12 @@ def train_wordpiece(word_counts: dict[str, int], settings: VocabSettings) -> tup
             else:
                 pair_counts.pop(p, None)
     report.vocab_size = len(vocab)
+    if report.vocab_size < settings.vocab_size and report.short_of_size is None:
+        report.short_of_size = "every word is a single piece already"
+    if report.short_of_size is not None:
+        report.short_of_size = (f"{report.vocab_size:,} entries, fewer than the {settings.vocab_size:,} asked: "
+                                f"{report.short_of_size}; more text (or a smaller size) gives the size asked")
+        log.warning("%s", report.short_of_size)
     return vocab, report
 
 

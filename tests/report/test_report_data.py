@@ -180,7 +180,7 @@ def test_text_report_shows_the_unknown_share_and_the_most_frequent_tokens(prepar
     totals = json.loads((prepared / "manifest.json").read_text())["totals"]
     text = cli("report", prepared).stdout
     unknown, tokens = totals["unk_tokens"], totals["tokens"]
-    assert f"[UNK] tokens {unknown:,} ({unknown / tokens:.1%} of the tokens)" in text
+    assert f"[UNK] tokens {unknown:,} ({unknown / tokens:.3%} of the tokens)" in text
     token, count = max(totals["top_token_counts"].items(), key=lambda kv: kv[1])
     assert f"most frequent tokens: {token} {count:,}, " in text and token == "the"
 
@@ -226,3 +226,46 @@ def test_report_flags_mostly_random_next_pairs_and_the_way_out(tmp_path):
     manifest = json.loads((tmp_path / "split" / "manifest.json").read_text())
     assert 0.4 < manifest["totals"]["random_next"] / manifest["totals"]["instances"] < 0.6
     assert "random-next (over" not in cli("report", tmp_path / "split").stdout
+    # the page and the JSON carry the text report's warnings too ([UNK] over 20%, random-next over 70%)
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.html import render_html
+
+    data = json.loads(cli("report", tmp_path / "lines", "--json").stdout)
+    assert [w.split(":")[0] for w in data["warnings"]] == [
+        w.split(":")[0] for w in report_data(json.loads((tmp_path / "lines" / "manifest.json").read_text()))["warnings"]]
+    assert any("of the pairs are random-next (over 70%)" in w for w in data["warnings"])
+    assert any("of the tokens are [UNK]: the vocabulary does not fit this text" in w for w in data["warnings"])
+    page = render_html(data, [])
+    assert "<h2>Warnings</h2>" in page and "of the pairs are random-next (over 70%)" in page
+    assert "random-next (over" not in render_html(report_data(manifest), [])
+
+
+def test_report_of_a_run_that_read_nothing_says_so(tmp_path):
+    """No document read: the totals lack the token and pair counts because nothing was read, not
+    because of reference mode, an older version or the objective, which the report said."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n")
+    out = tmp_path / "out put"  # (a path with a space: the commands the summary suggests are quoted)
+    got = cli("prepare", blank, "-o", out, "-t", VOCAB, "--no-progress", check_code=2)
+    assert f"mlm-pipeline report '{out}'" in got.stdout + got.stderr
+    text = cli("report", out).stdout
+    assert "[UNK] tokens, most frequent tokens: no document was read" in text
+    data = json.loads(cli("report", out, "--json").stdout)
+    assert {data["not_known"][k] for k in ("unk_rate", "top_tokens", "random_next_share")} == {"no document was read"}
+    assert any("no document was read" in w for w in data["warnings"])
+
+
+def test_the_length_plot_shows_a_run_whose_instances_all_have_one_length(prepared, monkeypatch):
+    """A step curve of one point draws nothing (Chinese text, --objective tokens): it starts at 0."""
+    import matplotlib.axes
+
+    from mlm_pipeline.report import report_data
+    from mlm_pipeline.report.plots import make_plots
+
+    steps, step = [], matplotlib.axes.Axes.step
+    monkeypatch.setattr(matplotlib.axes.Axes, "step",
+                        lambda self, x, y, *a, **k: (steps.append((list(x), list(y))), step(self, x, y, *a, **k))[1])
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    one_length = {**manifest, "totals": {**manifest["totals"], "instance_length_histogram": {"128": 725}}}
+    assert "tokens_per_instance" in {p.name for p in make_plots(report_data(one_length))}
+    assert steps == [([127, 128], [0.0, 1.0])]

@@ -29,7 +29,13 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-def _missing_why(manifest: dict) -> str:
+NOTHING_READ_WHY = "no document was read"
+
+
+def missing_why(manifest: dict) -> str:
+    """Why a statistic of the default mode is not in a manifest's totals."""
+    if not manifest.get("totals", {}).get("documents_read"):
+        return NOTHING_READ_WHY
     return REFERENCE_WHY if manifest.get("reference_mode") else OLDER_WHY
 
 
@@ -40,14 +46,14 @@ def _token_section(manifest: dict, totals: dict, not_known: dict) -> dict:
         out["unk_tokens"] = totals["unk_tokens"]
         out["unk_rate"] = _share(totals["unk_tokens"], tokens)
     else:
-        not_known["unk_rate"] = _missing_why(manifest)
+        not_known["unk_rate"] = missing_why(manifest)
     if "top_token_counts" in totals:
         top = sorted(totals["top_token_counts"].items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SHOWN]
         out["top_tokens"] = [{"token": t, "count": c, "share": _share(c, tokens)} for t, c in top]
         out["top_tokens_note"] = ("each task records its 500 most frequent input tokens and the run sums them: "
                                   "exact for tokens frequent in every task, a lower bound otherwise")
     else:
-        not_known["top_tokens"] = _missing_why(manifest)
+        not_known["top_tokens"] = missing_why(manifest)
     return out
 
 
@@ -62,7 +68,9 @@ def _pairs_section(manifest: dict, totals: dict, not_known: dict) -> dict:
             if key in totals:
                 out[key] = totals[key]
             else:
-                not_known[key] = _missing_why(manifest)
+                not_known[key] = missing_why(manifest)
+    elif manifest.get("objective", "nsp") == "nsp":
+        not_known["random_next_share"] = missing_why(manifest)
     else:
         not_known["random_next_share"] = f"the objective {manifest.get('objective')!r} makes no next-sentence pairs"
     for key in ("single_segment", "one_segment_draws", "random_target", "truncated_examples", "dropped_tokens"):
@@ -116,6 +124,11 @@ def _task_section(manifest: dict, not_known: dict) -> list[dict]:
     return out
 
 
+def all_warnings(manifest: dict) -> list[str]:
+    """Every warning the text report prints (the summary's and the random-next flag), as plain strings."""
+    return [*random_next_warning(manifest), *warnings(manifest)]
+
+
 def report_data(manifest: dict) -> dict:
     """Everything ``report`` shows, as plain JSON types; ``not_known`` maps each statistic the run
     did not record to the reason."""
@@ -144,9 +157,64 @@ def report_data(manifest: dict) -> dict:
     data["masking"] = _masking_section(manifest, totals, not_known)
     data["tasks"] = _task_section(manifest, not_known)
     data["settings"] = manifest.get("config", {})
+    data["warnings"] = all_warnings(manifest)
     data["not_known"] = not_known
     data["totals"] = totals
     return data
 
 
 __all__ = ["report_data"]
+
+
+UNKNOWN_SHARE_WARNING = 0.2
+"""A run whose tokens are more than this share ``[UNK]`` gets a warning: its vocabulary does not
+fit the text. (bert-base-uncased: 0.002% of the tokens of the bundled English samples, 63% of the
+bundled Chinese one; 5% of a corpus mixing them, which is not warned about.)"""
+
+
+def warnings(manifest: dict) -> list[str]:
+    """What about a finished run a user should hear: no documents at all, a vocabulary that
+    turns much of the text into [UNK]."""
+    t = manifest["totals"]
+    out = []
+    if not t.get("documents_read"):
+        out.append("no document was read: every input was empty, blank or skipped (counts above)")
+    tokens, unknown = t.get("tokens", 0), t.get("unk_tokens", 0)
+    if tokens and unknown / tokens > UNKNOWN_SHARE_WARNING:
+        out.append(f"{unknown / tokens:.0%} of the tokens are [UNK]: the vocabulary does not fit this text "
+                   "(another vocabulary, --do-lower-case to match it, or train one with mlm-pipeline vocab)")
+    documents, replaced = t.get("documents_read", 0), t.get("documents_with_replaced_bytes", 0)
+    if documents and replaced / documents > REPLACED_SHARE_WARNING:
+        out.append(f"{replaced:,} of the {documents:,} documents read ({replaced / documents:.0%}) had bytes that are "
+                   "not UTF-8, replaced by U+FFFD and then dropped with the characters they were: is the input "
+                   "in another encoding? Convert it first (iconv -f LATIN1 -t UTF-8 for Latin-1)")
+    if cut := t.get("documents_cut", 0):
+        out.append(f"documents longer than --block-size were cut into parts at line ends, {cut:,} time(s): a text "
+                   "file with no blank line is one document, read by one task alone; Google's text format puts a "
+                   "blank line between documents (a document per line: `sed G` puts a blank line after each line, and "
+                   "--sentence-split splits the lines into sentences)")
+    return out
+
+
+REPLACED_SHARE_WARNING = 0.01
+"""A run in which more than this share of the documents had invalid UTF-8 gets a warning: a few
+such documents are usual in web text, many mean a file in another encoding (Latin-1, cp1252)."""
+
+
+RANDOM_NEXT_WARNING_SHARE = 0.70
+
+
+def random_next_warning(manifest: dict) -> list[str]:
+    """A flag when far more than half of the NSP pairs are random-next (Google's algorithm gives
+    about half on documents of several sentences): a chunk of one sentence always gets a random
+    next, so this is the sign of one-sentence documents, or of lines about as long as an instance
+    (a paragraph per line read as a sentence per line)."""
+    t = manifest["totals"]
+    inst, random_next = t.get("instances", 0), t.get("random_next")
+    if "single_segment" in t or not inst or random_next is None or random_next / inst <= RANDOM_NEXT_WARNING_SHARE:
+        return []
+    hint = ("" if manifest.get("config", {}).get("sentence_split") else
+            "; for text with a paragraph per line, --sentence-split splits lines into sentences")
+    return [f"{random_next / inst:.1%} of the pairs are random-next (over "
+                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most pairs were cut from a single sentence (documents of one "
+                f"sentence, or lines about as long as an instance){hint}"]

@@ -33,6 +33,7 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 0.5em 0; } figure img { max-width: 100%; }
 figcaption, .note { color: #555; font-size: 0.9em; }
 .unknown { color: #8a5a00; }
+.warning { color: #a40000; font-weight: 600; }
 code { font-size: 0.95em; }
 """
 
@@ -88,6 +89,13 @@ def _summary(data: dict) -> str:
     if "unk_rate" in tok:
         rows.append(("[UNK] rate", "n/a" if tok["unk_rate"] is None else f"{tok['unk_rate']:.3%}"))
     return _table(rows, "n")
+
+
+def _warnings(data: dict) -> str:
+    if not data.get("warnings"):
+        return ""
+    items = "".join(f"<li>{_e(w)}</li>" for w in data["warnings"])
+    return f"<section id='warnings'><h2>Warnings</h2><ul class='warning'>{items}</ul></section>"
 
 
 def _not_known(data: dict) -> str:
@@ -149,7 +157,7 @@ def render_html(data: dict, plots: list[Plot], *, title: str = "mlm-pipeline rep
 <body>
 <h1>{_e(title)}</h1>
 <p class="note">mlm-pipeline {_e(run.get('version'))}, run of {_e(run.get('created'))}, {_num(run.get('tasks'))} task{'' if run.get('tasks') == 1 else 's'}.</p>
-<h2>Summary</h2>{_summary(data)}
+{_warnings(data)}<h2>Summary</h2>{_summary(data)}
 <h2>Not known</h2>{_not_known(data)}
 {sections}
 {_skipped_files(data)}

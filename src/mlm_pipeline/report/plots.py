@@ -95,7 +95,7 @@ def _tokens_per_instance(data: dict) -> Plot | None:
     if not hist:
         return None
     count = sum(hist.values())
-    xs, ys, running = [], [], 0
+    xs, ys, running = [min(hist) - 1], [0.0], 0  # from 0: a run of one length still shows its step
     for k, v in hist.items():
         running += v
         xs.append(k)

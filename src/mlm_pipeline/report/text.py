@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+
+from mlm_pipeline.report.data import (NOTHING_READ_WHY, OLDER_WHY, random_next_warning,
+                                        warnings)
+
 SHOWN_FILES = 10
 """Skipped input files listed by name (the rest are counted)."""
 
@@ -46,43 +51,8 @@ def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
     if files_skipped:
         lines.append("  files skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(files_skipped.items())))
     lines += [f"  warning: {w}" for w in warnings(manifest)]
-    lines.append(f"  details: mlm-pipeline report {output}; examples: mlm-pipeline inspect {output}")
+    lines.append(f"  details: mlm-pipeline report {shlex.quote(output)}; examples: mlm-pipeline inspect {shlex.quote(output)}")
     return "\n".join(lines)
-
-
-UNKNOWN_SHARE_WARNING = 0.2
-"""A run whose tokens are more than this share ``[UNK]`` gets a warning: its vocabulary does not
-fit the text. (bert-base-uncased: 0.002% of the tokens of the bundled English samples, 63% of the
-bundled Chinese one; 5% of a corpus mixing them, which is not warned about.)"""
-
-
-def warnings(manifest: dict) -> list[str]:
-    """What about a finished run a user should hear: no documents at all, a vocabulary that
-    turns much of the text into [UNK]."""
-    t = manifest["totals"]
-    out = []
-    if not t.get("documents_read"):
-        out.append("no document was read: every input was empty, blank or skipped (counts above)")
-    tokens, unknown = t.get("tokens", 0), t.get("unk_tokens", 0)
-    if tokens and unknown / tokens > UNKNOWN_SHARE_WARNING:
-        out.append(f"{unknown / tokens:.0%} of the tokens are [UNK]: the vocabulary does not fit this text "
-                   "(another vocabulary, --do-lower-case to match it, or train one with mlm-pipeline vocab)")
-    documents, replaced = t.get("documents_read", 0), t.get("documents_with_replaced_bytes", 0)
-    if documents and replaced / documents > REPLACED_SHARE_WARNING:
-        out.append(f"{replaced:,} of the {documents:,} documents read ({replaced / documents:.0%}) had bytes that are "
-                   "not UTF-8, replaced by U+FFFD and then dropped with the characters they were: is the input "
-                   "in another encoding? Convert it first (iconv -f LATIN1 -t UTF-8 for Latin-1)")
-    if cut := t.get("documents_cut", 0):
-        out.append(f"documents longer than --block-size were cut into parts at line ends, {cut:,} time(s): a text "
-                   "file with no blank line is one document, read by one task alone; Google's text format puts a "
-                   "blank line between documents (a document per line: `sed G` puts a blank line after each line, and "
-                   "--sentence-split splits the lines into sentences)")
-    return out
-
-
-REPLACED_SHARE_WARNING = 0.01
-"""A run in which more than this share of the documents had invalid UTF-8 gets a warning: a few
-such documents are usual in web text, many mean a file in another encoding (Latin-1, cp1252)."""
 
 
 UNTRACKED = "not tracked in reference mode"
@@ -149,7 +119,7 @@ def render_report(manifest: dict) -> str:
     lines.append(f"  sentences {t.get('sentences', 0):,}, tokens of the documents read {t.get('tokens', 0):,}")
     if t.get("documents_with_replaced_bytes"):
         lines.append(f"  documents with invalid UTF-8 replaced: {t['documents_with_replaced_bytes']:,}")
-    lines += _token_lines(t)
+    lines += _token_lines(t, manifest)
     lines += [
         "",
         "output",
@@ -162,7 +132,7 @@ def render_report(manifest: dict) -> str:
     ]
     if manifest.get("masking") != "none":
         lines += ["", "masked positions per instance", *_hist_lines(t.get("masked_per_instance_histogram", {}))]
-    lines += _random_next_warning(manifest)
+    lines += [line for w in random_next_warning(manifest) for line in ("", f"warning: {w}")]
     lines += [line for w in warnings(manifest) for line in ("", f"warning: {w}")]
     return "\n".join(lines)
 
@@ -170,29 +140,13 @@ def render_report(manifest: dict) -> str:
 SHOWN_TOKENS = 12
 
 
-def _token_lines(t: dict) -> list[str]:
+def _token_lines(t: dict, manifest: dict) -> list[str]:
     """The [UNK] share and the most frequent input tokens, where the run counted them."""
     if "unk_tokens" not in t:
-        return [f"  [UNK] tokens, most frequent tokens: {UNTRACKED}"]
+        why = NOTHING_READ_WHY if not t.get("documents_read") else UNTRACKED if manifest.get("reference_mode") \
+            else OLDER_WHY
+        return [f"  [UNK] tokens, most frequent tokens: {why}"]
     top = sorted(t.get("top_token_counts", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_TOKENS]
-    return [f"  [UNK] tokens {t['unk_tokens']:,} ({_share(t['unk_tokens'], t.get('tokens', 0))} of the tokens)",
+    unk, tokens = t["unk_tokens"], t.get("tokens", 0)
+    return [f"  [UNK] tokens {unk:,} ({f'{unk / tokens:.3%}' if tokens else 'n/a'} of the tokens)",
             "  most frequent tokens: " + (", ".join(f"{k} {v:,}" for k, v in top) or "(none)")]
-
-
-RANDOM_NEXT_WARNING_SHARE = 0.70
-
-
-def _random_next_warning(manifest: dict) -> list[str]:
-    """A flag when far more than half of the NSP pairs are random-next (Google's algorithm gives
-    about half on documents of several sentences): a chunk of one sentence always gets a random
-    next, so this is the sign of one-sentence documents, or of lines about as long as an instance
-    (a paragraph per line read as a sentence per line)."""
-    t = manifest["totals"]
-    inst, random_next = t.get("instances", 0), t.get("random_next")
-    if "single_segment" in t or not inst or random_next is None or random_next / inst <= RANDOM_NEXT_WARNING_SHARE:
-        return []
-    hint = ("" if manifest.get("config", {}).get("sentence_split") else
-            "; for text with a paragraph per line, --sentence-split splits lines into sentences")
-    return ["", f"warning: {random_next / inst:.1%} of the pairs are random-next (over "
-                f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most pairs were cut from a single sentence (documents of one "
-                f"sentence, or lines about as long as an instance){hint}"]

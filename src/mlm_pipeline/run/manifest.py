@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shlex
 import time
 from typing import Iterable
 
@@ -136,7 +137,7 @@ def parse_manifest(data: bytes, output: str, *, need: tuple[str, ...] = ("shards
     the file, and how to write it again, when it cannot be parsed or is not an object holding the
     entries ``need`` names (the list of shards; the totals, for a report)."""
     url = layout.manifest_url(output)
-    again = f"`mlm-pipeline finalize {output} --force` writes it again from the task markers"
+    again = f"`mlm-pipeline finalize {shlex.quote(output)} --force` writes it again from the task markers"
     try:
         manifest = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
