@@ -172,3 +172,30 @@ def test_hidden_objects_and_prefixes_under_an_input_prefix_are_not_inputs(seawee
     with s3_env(seaweedfs):
         listed = [url for url, _ in fs.list_inputs([prefix])]
     assert listed == [f"{prefix}/a.txt", f"{prefix}/sub/b.txt"]
+
+
+def test_uploads_left_by_a_killed_process_are_aborted(seaweedfs, s3_inputs):
+    """s3fs uploads a shard of 100 MiB or more in parts; a process killed mid-upload leaves its
+    parts stored (invisible to listings, billed) until the upload is aborted: a run does so at
+    its start and end, and the worker that writes the manifest aborts those older than a stall."""
+    from mlm_pipeline.formats.sink import abort_stale_uploads
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = seaweedfs.new_prefix("mpu")
+    client, key = seaweedfs.client(), out.split("/", 3)[3]
+
+    def left(prefix: str = key) -> list[str]:
+        return [u["Key"] for u in client.list_multipart_uploads(Bucket=seaweedfs.bucket, Prefix=prefix + "/")
+                .get("Uploads", [])]
+
+    for name in ("shards/part-00000-00000.tfrecord", "pretrain_tfrecords/pretrain_data.tfrecord-0-of-2"):
+        upload = client.create_multipart_upload(Bucket=seaweedfs.bucket, Key=f"{key}/{name}")
+        client.upload_part(Bucket=seaweedfs.bucket, Key=f"{key}/{name}", UploadId=upload["UploadId"], PartNumber=1,
+                           Body=b"x" * (5 << 20))
+    elsewhere = client.create_multipart_upload(Bucket=seaweedfs.bucket, Key=f"{key}-other/data.bin")
+    assert len(left()) == 2
+    with s3_env(seaweedfs):
+        assert abort_stale_uploads(out, older_than=3600) == 0  # (younger than an hour: a live straggler's, kept)
+        run_prepare(make_config(s3_inputs, out, workers=1), show_progress=False)
+    assert left() == [] and left(f"{key}-other") == [f"{key}-other/data.bin"]  # (only the output's own)
+    client.abort_multipart_upload(Bucket=seaweedfs.bucket, Key=f"{key}-other/data.bin", UploadId=elsewhere["UploadId"])

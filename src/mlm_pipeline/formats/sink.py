@@ -9,8 +9,10 @@ named like a shard exists until it is whole. The format (from the registry) only
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import io
+import logging
 import os
 import shutil
 import socket
@@ -24,6 +26,8 @@ from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.formats import OutputFormat, get_output_format
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
+
+log = logging.getLogger("mlm_pipeline")
 
 
 def open_in_tmp(path: str, mode: str):
@@ -131,9 +135,37 @@ def _running(pid: int) -> bool:
     return True
 
 
+def abort_stale_uploads(output: str, older_than: float = 0.0) -> int:
+    """Abort the multipart uploads under an ``s3://`` output's shard directories that were started
+    more than ``older_than`` seconds ago: a process killed while uploading a shard of 100 MiB or
+    more (s3fs uploads those in parts) leaves its parts stored, invisible and billed, until they
+    are aborted. Returns how many were aborted; 0 for any other storage."""
+    if not output.startswith(("s3://", "s3a://")):
+        return 0
+    filesystem, path = fs.get_fs(output)
+    bucket, _, key = path.partition("/")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    aborted = 0
+    try:  # (needs s3:ListBucketMultipartUploads and s3:AbortMultipartUpload: a cleanup, never fatal)
+        for directory in ("shards", "pretrain_tfrecords"):
+            prefix = f"{key.rstrip('/')}/{directory}/"
+            uploads = filesystem.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix).get("Uploads", [])
+            for upload in uploads:
+                if (now - upload["Initiated"]).total_seconds() >= older_than:
+                    filesystem.call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"],
+                                       UploadId=upload["UploadId"])
+                    aborted += 1
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not abort the incomplete uploads under %s (%s: %s)", output, type(exc).__name__, exc)
+    if aborted:
+        log.info("aborted %d incomplete upload(s) of killed processes under %s", aborted, output)
+    return aborted
+
+
 def clean_tmp(output: str) -> None:
     """Remove leftovers of killed runs (never visible as shards or markers, but they take space):
     shards being written, and markers and run files being written."""
+    abort_stale_uploads(output)
     if fs.is_local(output):
         _, path = fs.get_fs(output)
         shutil.rmtree(layout.tmp_dir(path), ignore_errors=True)

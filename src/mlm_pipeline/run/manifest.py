@@ -20,7 +20,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
-from mlm_pipeline.formats.sink import remove_empty_tmp
+from mlm_pipeline.formats.sink import abort_stale_uploads, remove_empty_tmp
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -190,6 +190,8 @@ def finalize_if_complete(config: PrepareConfig, record: dict, plan: Plan) -> dic
     if manifest is not None:
         log.info("all %d tasks complete: wrote %s", len(plan.tasks), layout.manifest_url(config.output))
         remove_empty_tmp(config.output)
+        # uploads of killed workers; a straggler's live upload is younger than its stall alarm
+        abort_stale_uploads(config.output, older_than=max(config.stall_seconds, config.lease_seconds) or 86400.0)
     return manifest
 
 
