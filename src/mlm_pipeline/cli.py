@@ -342,9 +342,9 @@ def _echo_worker_summary(summary: dict) -> dict | None:
         return summary["manifest"]
     if summary.get("manifest_exists"):
         typer.echo("run complete; manifest.json was written by another worker")
-    elif summary["tasks_done"] >= summary["tasks_total"]:
-        typer.echo("every task has a marker but manifest.json is not written yet (a task may be being "
-                   f"redone): run mlm-pipeline finalize {shlex.quote(summary['output'])} to check")
+    elif summary["tasks_done"] >= summary["tasks_total"]:  # (exit 1: a VM group's script runs prepare again)
+        _fail("every task has a marker but manifest.json is not written: a task is being redone, or a marker cannot "
+              f"be read; run the same command again, or mlm-pipeline finalize {shlex.quote(summary['output'])}", code=1)
     else:
         typer.echo("other workers' tasks are still running; the last to finish writes manifest.json "
                    "(or run: mlm-pipeline finalize OUTPUT)")

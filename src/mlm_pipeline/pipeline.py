@@ -122,8 +122,41 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
         manifest = write_manifest(config, start.record, start.plan, done)
         clean_tmp(config.output)  # only this process wrote there
         return manifest
-    manifest = manifest or finalize_if_complete(config, start.record, start.plan)
+    manifest = manifest or finalize_if_complete(config, start.record, start.plan) or \
+        _redo_rejected(config, start, executor, ran)
     return _worker_summary(config, start, executor, ran, manifest)
+
+
+REDO_ROUNDS = 3
+
+
+def _redo_rejected(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str]) -> dict | None:
+    """A claim or array worker whose run has a marker for every task but no manifest, because some
+    markers were rejected (a shard deleted or damaged after its task, a damaged marker): deletes
+    them and runs those tasks again (an array worker: those of its share), then finalizes; the
+    manifest if written. Otherwise every worker would find all markers, stop and exit 0 with the run
+    incomplete, and VM groups that delete themselves on exit 0 would be gone (a later run's start
+    redid them). None at once while tasks have no marker (other workers are running them)."""
+    share = None if config.task_count is None else \
+        {t.task_id for t in task_share(start.plan.tasks, config.task_rank, config.task_count)}
+    for _ in range(REDO_ROUNDS):
+        if fs.exists(layout.manifest_url(config.output)):
+            return None
+        names = done_task_ids(config.output)
+        if any(t.task_id not in names for t in start.plan.tasks):
+            return None
+        done = completed_tasks(config, start.plan)
+        redo = [t for t in start.plan.tasks if t.task_id in done.rejected and (share is None or t.task_id in share)]
+        if not redo:
+            return None
+        log.warning("%d task(s) had a marker that was rejected (%s): running them again", len(redo),
+                    ", ".join(t.task_id for t in redo[:8]) + (" ..." if len(redo) > 8 else ""))
+        forget_rejected(config.output, done, [t.task_id for t in redo])
+        ran.extend(marker["task_id"] for marker in executor.run(redo, lambda delta: None))
+        manifest = finalize_if_complete(config, start.record, start.plan)
+        if manifest is not None:
+            return manifest
+    return None
 
 
 def _with_hf(config: PrepareConfig) -> PrepareConfig:

@@ -230,3 +230,37 @@ def test_finalize_command_exit_codes(tmp_path):
     assert again.exit_code == 0 and "already exists" in again.output
     forced = runner.invoke(app, ["finalize", str(out), "--force"])
     assert forced.exit_code == 0 and "already exists" not in forced.output
+
+
+@pytest.mark.parametrize("mode", ["claim", "array"])
+def test_a_marker_rejected_at_the_end_is_redone_not_left_without_a_manifest(tmp_path, local_baseline, monkeypatch,
+                                                                             mode):
+    """A shard lost after its task (deleted, damaged) makes its marker stale. A worker that found a
+    marker for every task stopped there and exited 0 with no manifest, so VM groups deleted
+    themselves with the run incomplete; it now runs that task again and writes the manifest. A
+    worker that still cannot (a marker it cannot read) exits 1, so a group's script runs it again."""
+    import typer
+
+    from mlm_pipeline import pipeline
+    from mlm_pipeline.cli import _echo_worker_summary
+    from mlm_pipeline.run.manifest import finalize_if_complete
+    from mlm_pipeline.run.state import done_task_ids
+
+    out = tmp_path / "out"
+    lost = []
+
+    def losing_a_shard(config, record, plan):
+        if not lost and len(done_task_ids(config.output)) == len(plan.tasks):
+            lost.append(sorted((out / "shards").iterdir())[0])
+            lost[0].unlink()
+        return finalize_if_complete(config, record, plan)
+
+    monkeypatch.setattr(pipeline, "finalize_if_complete", losing_a_shard)
+    scale = {"claim": True} if mode == "claim" else {"task_rank": 0, "task_count": 1}
+    summary = pipeline.run_prepare(make_config(INPUTS, out, **scale), show_progress=False)
+    assert lost and summary["manifest"] is not None, summary
+    assert comparable(summary["manifest"]) == comparable(local_baseline)
+    assert len(summary["ran"]) == local_baseline["tasks"] + 1  # (the lost shard's task, twice)
+    with pytest.raises(typer.Exit) as stopped:  # every marker there, no manifest: not a success
+        _echo_worker_summary(dict(summary, manifest=None, manifest_exists=False))
+    assert stopped.value.exit_code == 1
