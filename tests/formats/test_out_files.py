@@ -41,14 +41,38 @@ def test_a_sink_whose_tmp_dir_was_removed_meanwhile_writes_its_shards(tmp_path):
     while another may still run a task taken over from it, its sink made but no file open yet
     (before its first write, or between two shards): opening the next file makes ``_tmp/`` again
     rather than fail the task."""
-    from mlm_pipeline.formats.sink import ShardSink, remove_empty_tmp
+    from mlm_pipeline.formats.sink import ShardSink, tidy_tmp
 
     sink = ShardSink(str(tmp_path), "00003", fmt="tfrecord", max_instances_per_shard=5, max_seq_length=4,
                      max_predictions=0)
-    remove_empty_tmp(str(tmp_path))  # no file open yet: the finisher removes it
+    tidy_tmp(str(tmp_path), older_than=600)  # no file open yet: the finisher removes it
     assert not (tmp_path / "_tmp").exists()
     sink.write(numbered(0, 5))  # a full shard: committed, so no file is open again
-    remove_empty_tmp(str(tmp_path))
+    tidy_tmp(str(tmp_path), older_than=600)
     sink.write(numbered(5, 3))
     shards = sink.close()
     assert [s["instances"] for s in shards] == [5, 3]
+
+
+def test_a_killed_workers_partial_shard_is_removed_when_the_run_completes(tmp_path):
+    """A shared local output (array, claim) keeps ``_tmp/`` while workers write there; a worker
+    killed mid-shard left its partial file for good (up to a shard, hundreds of MB, per task in
+    flight). The finisher removes what nobody wrote for the run's stall or lease time and keeps a
+    live writer's file."""
+    import os
+    import time
+
+    from mlm_pipeline.formats.sink import ShardSink, tidy_tmp
+
+    live = ShardSink(str(tmp_path), "00004", fmt="tfrecord", max_instances_per_shard=5, max_seq_length=4,
+                     max_predictions=0)
+    live.write(numbered(0, 3))  # a shard open, being written
+    dead = tmp_path / "_tmp" / "00001-killed.partial"
+    dead.write_bytes(b"x" * 1000)
+    an_hour_ago = time.time() - 3600
+    os.utime(dead, (an_hour_ago, an_hour_ago))
+    tidy_tmp(str(tmp_path), older_than=600)
+    assert not dead.exists() and len(list((tmp_path / "_tmp").iterdir())) == 1
+    assert [s["instances"] for s in live.close()] == [3]
+    tidy_tmp(str(tmp_path), older_than=600)
+    assert not (tmp_path / "_tmp").exists()

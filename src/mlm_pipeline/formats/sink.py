@@ -18,6 +18,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 
 import numpy as np
 
@@ -32,7 +33,7 @@ log = logging.getLogger("mlm_pipeline")
 
 def open_in_tmp(path: str, mode: str):
     """Open a file in ``_tmp/``, making the directory again if it is gone: the worker that wrote a
-    shared run's manifest removes it when empty (:func:`remove_empty_tmp`), while another worker
+    shared run's manifest removes it when empty (:func:`tidy_tmp`), while another worker
     may still be running a task taken over from it."""
     try:
         return open(path, mode)
@@ -173,17 +174,31 @@ def clean_tmp(output: str) -> None:
             fs.remove_write_leftovers(directory)
 
 
-def remove_empty_tmp(output: str) -> None:
-    """Remove a local output's ``_tmp/`` once its run is complete, if nothing is in it: workers
-    sharing a run (array, claim) keep it while others may write there, and the one that writes
-    the manifest removes it. A straggler still running a task taken over from it keeps it while a
-    file is open there, and makes it again to open the next (:func:`open_in_tmp`); what it leaves
-    is cleared by the next run's start."""
-    if fs.is_local(output):
+def tidy_tmp(output: str, older_than: float) -> None:
+    """Once its run is complete, remove from a local output's ``_tmp/`` the files no live writer
+    holds, then ``_tmp/`` if empty. Workers sharing a run (array, claim) keep it while others may
+    write there, and the one that writes the manifest tidies it: a file not written for
+    ``older_than`` seconds (the run's stall or lease time, the longer) is a killed worker's shard
+    (a live writer writes each block, or its stall alarm ends it). A straggler still running a task
+    taken over keeps its open file, and makes ``_tmp/`` again to open the next (:func:`open_in_tmp`)."""
+    if not fs.is_local(output):
+        return
+    tmp = layout.tmp_dir(fs.get_fs(output)[1])
+    now = time.time()
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:  # absent
+        return
+    for entry in entries:
         try:
-            os.rmdir(layout.tmp_dir(fs.get_fs(output)[1]))
-        except OSError:  # absent, or not empty
+            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime >= older_than:
+                os.remove(entry.path)
+        except OSError:  # (gone meanwhile)
             pass
+    try:
+        os.rmdir(tmp)
+    except OSError:  # not empty: a straggler writes there
+        pass
 
 
 class ShardSink:

@@ -20,7 +20,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
-from mlm_pipeline.formats.sink import abort_stale_uploads, remove_empty_tmp
+from mlm_pipeline.formats.sink import abort_stale_uploads, tidy_tmp
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -189,10 +189,16 @@ def finalize_if_complete(config: PrepareConfig, record: dict, plan: Plan) -> dic
     manifest = write_manifest_once(config, record, plan, done)
     if manifest is not None:
         log.info("all %d tasks complete: wrote %s", len(plan.tasks), layout.manifest_url(config.output))
-        remove_empty_tmp(config.output)
-        # uploads of killed workers; a straggler's live upload is younger than its stall alarm
-        abort_stale_uploads(config.output, older_than=max(config.stall_seconds, config.lease_seconds) or 86400.0)
+        # files and uploads of killed workers; a straggler's live ones are younger than its stall alarm
+        tidy_tmp(config.output, older_than=dead_after(config))
+        abort_stale_uploads(config.output, older_than=dead_after(config))
     return manifest
+
+
+def dead_after(config: PrepareConfig) -> float:
+    """Seconds after which a temporary file or an upload nobody wrote to is a killed worker's: a
+    live one shows progress within its stall time, or its lease lapses (a day if neither is set)."""
+    return max(config.stall_seconds or 0, config.lease_seconds or 0) or 86400.0
 
 
 def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
@@ -204,7 +210,8 @@ def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
     done = collect_completed(config, plan)
     manifest = write_manifest_once(config, record, plan, done, overwrite=force)
     if manifest is not None:
-        remove_empty_tmp(output)
+        tidy_tmp(output, older_than=dead_after(config))
+        abort_stale_uploads(output, older_than=dead_after(config))
         return manifest, True
     return read_manifest(output), False
 
