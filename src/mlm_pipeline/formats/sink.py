@@ -143,13 +143,13 @@ def abort_stale_uploads(output: str, older_than: float = 0.0) -> int:
     are aborted. Returns how many were aborted; 0 for any other storage."""
     if not output.startswith(("s3://", "s3a://")):
         return 0
-    filesystem, path = fs.get_fs(output)
-    bucket, _, key = path.partition("/")
+    filesystem = fs.get_fs(output)[0]
     now = datetime.datetime.now(datetime.timezone.utc)
     aborted = 0
     try:  # (needs s3:ListBucketMultipartUploads and s3:AbortMultipartUpload: a cleanup, never fatal)
-        for directory in ("shards", "pretrain_tfrecords"):
-            prefix = f"{key.rstrip('/')}/{directory}/"
+        for directory in layout.shard_dir_urls(output):
+            bucket, _, key = fs.get_fs(directory)[1].partition("/")
+            prefix = key.rstrip("/") + "/"
             uploads = filesystem.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix).get("Uploads", [])
             for upload in uploads:
                 if (now - upload["Initiated"]).total_seconds() >= older_than:
