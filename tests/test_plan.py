@@ -286,7 +286,7 @@ def test_hidden_files_and_directories_are_not_inputs(tmp_path):
     assert [f["path"] for f in plan.files] == [str(corpus / "a.txt"), str(corpus / "sub" / "b.txt")]
 
 
-def test_the_output_inside_an_input_directory_is_not_input(tmp_path):
+def test_the_output_inside_an_input_directory_is_not_input(tmp_path, monkeypatch):
     """``prepare data/ -o data/out``: the run's own files are never read, so the same command resumes."""
     from mlm_pipeline.pipeline import run_prepare
 
@@ -303,6 +303,10 @@ def test_the_output_inside_an_input_directory_is_not_input(tmp_path):
     # a file named as an input is read wherever it lies (prepare a.txt -o .)
     named = plan_tasks(config([data / "a.txt"]).model_copy(update={"output": str(data)}))
     assert [f["path"] for f in named.files] == [str(data / "a.txt")]
+    monkeypatch.chdir(tmp_path)  # named by a relative path, `./` or `..` in it: still the file named (it was left out)
+    for spelled in ("./data/a.txt", "data/../data/a.txt"):
+        named = plan_tasks(config([spelled]).model_copy(update={"output": "data"}))
+        assert [f["path"] for f in named.files] == [str(data / "a.txt")], spelled
     # the input directory through a link, the output by its real path: still left out
     (tmp_path / "link").symlink_to(data)
     linked = plan_tasks(config([tmp_path / "link"]).model_copy(update={"output": str(data / "out")}))

@@ -243,6 +243,16 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
     return out
 
 
+def listed_url(item: str) -> str:
+    """The URL :func:`list_inputs` gives a file named as ``item`` (``./a/../a/x.txt`` is
+    ``/abs/a/x.txt``), so that a file named as an input is known as such."""
+    path = get_fs(item)[1]
+    if is_local(item):
+        path = os.path.normpath(path)
+    prefix = _protocol_prefix(item)
+    return prefix + path if prefix and not path.startswith(prefix) else path
+
+
 def _file_key(url: str) -> tuple[int, int] | None:
     """A local file's device and inode (None for an object, or a file that cannot be read)."""
     if not is_local(url):

@@ -107,7 +107,7 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     listed = fs.list_inputs(config.inputs, unlisted)
     # ``prepare data/ -o data/out``: what a listing finds inside the output is never input (a file
     # named as an input is, wherever it lies)
-    in_output, named = fs.inside(config.output, config.inputs), set(config.inputs)
+    in_output, named = fs.inside(config.output, config.inputs), {fs.listed_url(i) for i in config.inputs}
     kept = [(url, size) for url, size in listed if url in named or not in_output(url)]
     if len(kept) < len(listed):
         log.info("leaving out the files inside the output %s", config.output)
