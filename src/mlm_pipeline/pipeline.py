@@ -147,8 +147,8 @@ def _redo_rejected(config: PrepareConfig, start: RunStart, executor: Executor, r
             return None
         done = completed_tasks(config, start.plan)
         redo = [t for t in start.plan.tasks if t.task_id in done.rejected and (share is None or t.task_id in share)]
-        if not redo:
-            return None
+        if not redo:  # every marker good now (another worker's last one came meanwhile): one of us writes it
+            return finalize_if_complete(config, start.record, start.plan)
         log.warning("%d task(s) had a marker that was rejected (%s): running them again", len(redo),
                     ", ".join(t.task_id for t in redo[:8]) + (" ..." if len(redo) > 8 else ""))
         forget_rejected(config.output, done, [t.task_id for t in redo])

@@ -264,3 +264,30 @@ def test_a_marker_rejected_at_the_end_is_redone_not_left_without_a_manifest(tmp_
     with pytest.raises(typer.Exit) as stopped:  # every marker there, no manifest: not a success
         _echo_worker_summary(dict(summary, manifest=None, manifest_exists=False))
     assert stopped.value.exit_code == 1
+
+
+def test_the_worker_that_sees_the_last_marker_come_writes_the_manifest(tmp_path, local_baseline, monkeypatch):
+    """Two array workers ending together: one finds a task unmarked (the other's last, in flight),
+    and when it looks again every marker is there but no manifest yet. It writes the manifest
+    itself (a conditional create: one worker's wins); it exited 1 as if the run were broken."""
+    from mlm_pipeline import pipeline
+    from mlm_pipeline.executors.base import run_one
+    from mlm_pipeline.run.manifest import finalize_if_complete
+
+    out = tmp_path / "out"
+    other = make_config(INPUTS, out, task_rank=1, task_count=2)
+    pipeline.run_prepare(other, show_progress=False)  # rank 1's tasks, all but its last done...
+    last = max((t for t in pipeline.start_run(other, clean=False).plan.tasks if t.index % 2 == 1), key=lambda t: t.index)
+    (out / "_tasks" / f"{last.task_id}.json").unlink()
+    calls = []
+
+    def the_other_ends_now(config, record, plan):
+        found = finalize_if_complete(config, record, plan)
+        calls.append(found)
+        if len(calls) == len([t for t in plan.tasks if t.index % 2 == 0]) + 1:  # after this worker's loop
+            run_one(last, other)  # ...and it ends while this worker looks
+        return found
+
+    monkeypatch.setattr(pipeline, "finalize_if_complete", the_other_ends_now)
+    summary = pipeline.run_prepare(make_config(INPUTS, out, task_rank=0, task_count=2), show_progress=False)
+    assert summary["manifest"] is not None and comparable(summary["manifest"]) == comparable(local_baseline)
