@@ -197,10 +197,7 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
     found: list[tuple[str, int]] = []
     missing: list[str] = []
     for item in inputs:
-        fs, path = get_fs(item)
-        if is_local(item):  # (``a/../a/x.txt`` and ``a//x.txt`` are ``a/x.txt``, listed once)
-            path = os.path.normpath(path)
-        prefix = _protocol_prefix(item)
+        fs, path = _listed_path(item)
         if _glob.has_magic(path):  # a directory it matches is listed as if named
             matches = {}
             for m, info in fs.glob(path, detail=True).items():
@@ -217,7 +214,7 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
         for m in sorted(matches):
             size = matches[m].get("size")
             size = int(size) if size is not None else int(fs.size(m))
-            url = prefix + m if prefix and not m.startswith(prefix) else m
+            url = _with_protocol(item, m)
             found.append((url, size))
             if not is_local(url):
                 _LISTED[url] = matches[m]
@@ -246,9 +243,18 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
 def listed_url(item: str) -> str:
     """The URL :func:`list_inputs` gives a file named as ``item`` (``./a/../a/x.txt`` is
     ``/abs/a/x.txt``), so that a file named as an input is known as such."""
-    path = get_fs(item)[1]
-    if is_local(item):
-        path = os.path.normpath(path)
+    return _with_protocol(item, _listed_path(item)[1])
+
+
+def _listed_path(item: str):
+    """``item``'s filesystem and path as listed: a local one normalised (``a/../a/x.txt`` and
+    ``a//x.txt`` are ``a/x.txt``, listed once)."""
+    filesystem, path = get_fs(item)
+    return filesystem, os.path.normpath(path) if is_local(item) else path
+
+
+def _with_protocol(item: str, path: str) -> str:
+    """A listed ``path`` as a URL of ``item``'s protocol (fsspec strips it)."""
     prefix = _protocol_prefix(item)
     return prefix + path if prefix and not path.startswith(prefix) else path
 
@@ -447,8 +453,7 @@ def listdir(url: str) -> list[str]:
     fs.invalidate_cache(path)
     if not fs.exists(path):
         return []
-    prefix = _protocol_prefix(url)
-    return [prefix + p if prefix and not p.startswith(prefix) else p for p in fs.ls(path, detail=False)]
+    return [_with_protocol(url, p) for p in fs.ls(path, detail=False)]
 
 
 def remove(url: str) -> None:

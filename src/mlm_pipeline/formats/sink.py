@@ -175,12 +175,14 @@ def clean_tmp(output: str) -> None:
 
 
 def tidy_tmp(output: str, older_than: float) -> None:
-    """Once its run is complete, remove from a local output's ``_tmp/`` the files no live writer
-    holds, then ``_tmp/`` if empty. Workers sharing a run (array, claim) keep it while others may
-    write there, and the one that writes the manifest tidies it: a file not written for
-    ``older_than`` seconds (the run's stall or lease time, the longer) is a killed worker's shard
-    (a live writer writes each block, or its stall alarm ends it). A straggler still running a task
+    """Once its run is complete, remove what killed workers left: the uploads of an ``s3://``
+    output (:func:`abort_stale_uploads`), and from a local output's ``_tmp/`` the files no live
+    writer holds, then ``_tmp/`` if empty. Workers sharing a run (array, claim) keep it while others
+    may write there, and the one that writes the manifest tidies it: a file or upload not written
+    for ``older_than`` seconds (the run's stall or lease time, the longer) is a killed worker's (a
+    live writer writes each block, or its stall alarm ends it). A straggler still running a task
     taken over keeps its open file, and makes ``_tmp/`` again to open the next (:func:`open_in_tmp`)."""
+    abort_stale_uploads(output, older_than)
     if not fs.is_local(output):
         return
     tmp = layout.tmp_dir(fs.get_fs(output)[1])

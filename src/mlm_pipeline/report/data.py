@@ -163,8 +163,6 @@ def report_data(manifest: dict) -> dict:
     return data
 
 
-__all__ = ["report_data"]
-
 
 UNKNOWN_SHARE_WARNING = 0.2
 """A run whose tokens are more than this share ``[UNK]`` gets a warning: its vocabulary does not
@@ -218,3 +216,6 @@ def random_next_warning(manifest: dict) -> list[str]:
     return [f"{random_next / inst:.1%} of the pairs are random-next (over "
                 f"{RANDOM_NEXT_WARNING_SHARE:.0%}): most pairs were cut from a single sentence (documents of one "
                 f"sentence, or lines about as long as an instance){hint}"]
+
+
+__all__ = ["random_next_warning", "report_data", "warnings"]

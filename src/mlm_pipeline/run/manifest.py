@@ -20,7 +20,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
-from mlm_pipeline.formats.sink import abort_stale_uploads, tidy_tmp
+from mlm_pipeline.formats.sink import tidy_tmp
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -191,7 +191,6 @@ def finalize_if_complete(config: PrepareConfig, record: dict, plan: Plan) -> dic
         log.info("all %d tasks complete: wrote %s", len(plan.tasks), layout.manifest_url(config.output))
         # files and uploads of killed workers; a straggler's live ones are younger than its stall alarm
         tidy_tmp(config.output, older_than=dead_after(config))
-        abort_stale_uploads(config.output, older_than=dead_after(config))
     return manifest
 
 
@@ -211,7 +210,6 @@ def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
     manifest = write_manifest_once(config, record, plan, done, overwrite=force)
     if manifest is not None:
         tidy_tmp(output, older_than=dead_after(config))
-        abort_stale_uploads(output, older_than=dead_after(config))
         return manifest, True
     return read_manifest(output), False
 

@@ -88,12 +88,10 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
             if norm.get("type") == "BertNormalizer":  # its own case and accents, as for the bert flavor
                 do_lower_case = bool(norm.get("lowercase"))
                 strip_accents = None if norm.get("strip_accents") is None else bool(norm["strip_accents"])
-            return _electra(tok.get_vocab(with_added_tokens=False), do_lower_case, strip_accents), "tokenizer.json", \
-                (do_lower_case, do_lower_case and strip_accents is not False)
+            return _electra(tok.get_vocab(with_added_tokens=False), do_lower_case, strip_accents, "tokenizer.json")
         return tok, "tokenizer.json", None
     if flavor == "electra":
-        return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents), "wordpiece-vocab", \
-            (do_lower_case, do_lower_case and strip_accents is not False)
+        return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents, "wordpiece-vocab")
     try:
         tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case, strip_accents=strip_accents)._tokenizer
     except Exception as exc:
@@ -101,8 +99,11 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
     return tok, "wordpiece-vocab", None
 
 
-def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None) -> Tokenizer:
-    return electra_tokenizer(vocab, lowercase, strip_accents is not False)
+def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None,
+             kind: str) -> tuple[Tokenizer, str, tuple[bool, bool]]:
+    """:func:`_resolve`'s answer for the ``electra`` flavor (``strip_accents`` None: as lower-casing)."""
+    strip = strip_accents is not False
+    return electra_tokenizer(vocab, lowercase, strip), kind, (lowercase, lowercase and strip)
 
 
 def _continuation_table(tok: Tokenizer) -> np.ndarray:
