@@ -46,9 +46,15 @@ class RunLock:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise OutputError(f"cannot write to output {self.output}: {exc.strerror or exc}") from exc
+        layout.refuse_links(self.output)
         path = layout.lock_path(directory)
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:  # never through a link: its target would be truncated and overwritten
+                fd = os.open(path, os.O_CREAT | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            except OSError as exc:
+                if os.path.islink(path):
+                    layout.refuse_links(self.output)  # (a link planted since the check): its message
+                raise OutputError(f"cannot open {path}: {exc.strerror or exc}") from exc
             try:
                 _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BlockingIOError:
