@@ -122,6 +122,9 @@ class Objective:
     ``ValueError`` for settings the objective cannot work with (run as part of config validation).
     ``load_masking``: how the torch loader masks its unmasked outputs: ``dynamic`` (BERT's
     80/10/10) or ``electra`` (ELECTRA's: with replacement, 85% ``[MASK]``, no random tokens).
+    ``cuts_long_sentences``: a sentence longer than an instance loses its excess tokens (BERT's
+    pairs are truncated, ELECTRA's examples end), so a paragraph read as one sentence loses much
+    of itself; the plan warns of inputs that look like a paragraph per line.
     """
 
     name: str
@@ -134,6 +137,7 @@ class Objective:
     tokenizer_flavor: str = "bert"
     check: Callable[[Any], None] | None = None
     load_masking: Literal["dynamic", "electra"] = "dynamic"
+    cuts_long_sentences: bool = False
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""
