@@ -27,7 +27,8 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
-from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
+from mlm_pipeline.config import (PANELS, PrepareConfig, Setting, build_config, load_config_file, note_google_spelling,
+                                 settings_of)
 from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, TaskFailed,
                                  Terminated, TokenizerError)
 
@@ -168,6 +169,8 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
             out += [arg, *rest]
             break
         s, value = _google_flag(arg, google)
+        if s is not None:
+            note_google_spelling(s.name)
         if s is None:
             out.append(arg)
         elif s.value_type is bool:
@@ -197,7 +200,7 @@ def _google_output(value: str) -> None:
     if "," in value:
         raise typer.BadParameter(f"--output_file={value}: mlm-pipeline writes one output directory of shards "
                                  "(tasks write their own files in parallel); give one path")
-    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES):
+    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES) and not os.path.isfile(value):  # (a file: refused)
         from mlm_pipeline.run import layout
 
         shards = f"{value.rstrip('/')}/{layout.SHARDS_DIR}"
@@ -298,11 +301,11 @@ def _run_prepare(config) -> None:
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))
-    except TaskFailed as exc:
-        cause = exc.cause
-        if isinstance(cause, (InputError, OutputError, TokenizerError)):
-            _fail(str(exc))
-        _fail(str(exc), code=1)
+    except TaskFailed as exc:  # (a failure logged as it happened is not printed again)
+        message = exc.outcome or str(exc)
+        if isinstance(exc.cause, (InputError, OutputError, TokenizerError)):
+            _fail(message)
+        _fail(message, code=1)
     except OSError as exc:  # storage unreachable, access denied, ...
         _fail(f"{type(exc).__name__}: {exc}", code=1)
     except KeyboardInterrupt as exc:
@@ -405,11 +408,13 @@ def verify(
     what = "sizes" if size_only else "sizes and SHA-256"
     for p in result.problems:
         typer.echo(f"BAD {p.path}: {p.problem}")
+    if result.ok and not result.complete:  # not "ok": the run is not, whatever its shards so far
+        _fail(f"the run is not complete: {result.tasks - result.tasks_done} of its {result.tasks} tasks have not "
+              f"finished (no marker); the {result.checked} shard(s) of the {result.tasks_done} finished "
+              f"({result.bytes_checked:,} bytes) match {result.source} ({what}); run the same prepare command again "
+              "to finish it", code=1)
     if result.ok:
         typer.echo(f"ok: {result.checked} shards ({result.bytes_checked:,} bytes) match {result.source} ({what})")
-        if not result.complete:
-            _fail(f"the run is not complete: {result.tasks - result.tasks_done} of its {result.tasks} tasks have not "
-                  "finished (no marker); run the same prepare command again to finish it", code=1)
         return
     if repair:
         tasks = forget_bad_tasks(output, result)

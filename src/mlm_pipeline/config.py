@@ -426,6 +426,27 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
+_GOOGLE_SPELLED: set[str] = set()
+"""The settings this process's command line gave with Google's flag names (``--do_lower_case``):
+messages name a flag as the user wrote it."""
+
+
+def note_google_spelling(name: str) -> None:
+    _GOOGLE_SPELLED.add(name)
+
+
+def flag_for(name: str, value: Any = None, model: type[BaseModel] | None = None) -> str:
+    """How the user would write setting ``name`` (with ``value``, for a switch: on or off), in the
+    spelling they used for it: ``--do_lower_case=False`` after Google's flags, else ours,
+    ``--no-do-lower-case``."""
+    s = next(s for s in settings_of(model or PrepareConfig) if s.name == name)
+    if s.google and name in _GOOGLE_SPELLED:
+        return f"--{s.google}={value}" if s.value_type is bool else f"--{s.google}"
+    if s.value_type is bool and value is not None:
+        return s.flags[0] if value else f"--no-{s.flags[0][2:]}"
+    return s.flags[0]
+
+
 @functools.cache
 def settings_of(model: type[BaseModel] = PrepareConfig) -> tuple[Setting, ...]:
     """The fields of ``model`` (each declared with :func:`setting`), in declaration order."""

@@ -142,13 +142,16 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
     words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
              if t is not None and not (t.startswith("[") and t.endswith("]"))]
     cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
+    from mlm_pipeline.config import flag_for
+
     lower = tok.lowercases
     if cased and lower:
         return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
-                "--no-do-lower-case uses them")
+                f"{flag_for('do_lower_case', False)} uses them")
     if not cased and not lower:
-        return ("the vocabulary is uncased (no upper-case entries) but --no-do-lower-case keeps the text's "
-                "case: capitalised words become [UNK] or pieces; drop --no-do-lower-case")
+        off = flag_for("do_lower_case", False)
+        return (f"the vocabulary is uncased (no upper-case entries) but {off} keeps the text's case: capitalised "
+                f"words become [UNK] or pieces; drop {off}")
     return None
 
 
@@ -334,9 +337,10 @@ def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str,
     if reasons:
         info["fallback_reason"] = "; ".join(f"{k}: {v}" for k, v in reasons.items())
         # a difference from HF, or a backend asked for by name, is news; in auto mode a backend
-        # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not
+        # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not:
+        # the manifest records it (tokenizer_backend), and -v does not repeat it at every load
         checked = any("self-check" in r for r in reasons.values())
-        log.log(logging.WARNING if requested != "auto" or checked else logging.INFO,
+        log.log(logging.WARNING if requested != "auto" or checked else logging.DEBUG,
                 "tokenizer backend falls back to hf: %s", info["fallback_reason"])
     return reference, info
 
