@@ -129,6 +129,12 @@ def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
         special_ids=tok.special_id_array,
         do_whole_word_mask=config.do_whole_word_mask,
         is_continuation=tok.is_continuation if config.do_whole_word_mask else None,
+        scheme=config.masking_scheme,
+        ngram=config.ngram,
+        favor_shorter_ngram=config.favor_shorter_ngram,
+        geometric_p=config.geometric_p,
+        span_lower=config.span_lower,
+        span_upper=config.span_upper,
     )
 
 

@@ -183,11 +183,13 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if config.reference and (check := get_objective(config.objective).reference.tokenizer_warning) is not None:
         if (warning := check(tok)) is not None:
             log.warning("%s", warning)
-    if config.do_whole_word_mask and config.masking != "static":
-        how = ("; mask whole words when loading them (dataset.collator(whole_word_mask=True))"
+    if config.masking_scheme != "token" and config.masking != "static":
+        wwm, scheme = config.masking_scheme == "whole-word", config.masking_scheme
+        how = (f"; mask {'whole words' if wwm else 'so'} when loading them (dataset.collator("
+               f"{'whole_word_mask=True' if wwm else f'masking_scheme={scheme!r}'}))"
                if get_objective(config.objective).load_masking == "dynamic" else "")
-        log.warning("--do-whole-word-mask has no effect with --masking %s: the shards hold no masks%s",
-                    config.masking, how)
+        log.warning("%s has no effect with --masking %s: the shards hold no masks%s",
+                    "--do-whole-word-mask" if wwm else f"--masking-scheme {scheme}", config.masking, how)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(
