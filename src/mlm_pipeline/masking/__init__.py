@@ -28,6 +28,7 @@ from mlm_pipeline.masking.registry import (
     get_masking_scheme,
     masking_scheme_names,
     register_masking_scheme,
+    scheme_record,
     unregister_masking_scheme,
 )
 from mlm_pipeline.masking.token import smallest as _smallest  # noqa: F401
@@ -41,6 +42,7 @@ __all__ = [
     "masking_scheme_names",
     "num_to_predict",
     "register_masking_scheme",
+    "scheme_record",
     "unregister_masking_scheme",
 ]
 

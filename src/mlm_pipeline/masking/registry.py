@@ -17,9 +17,9 @@ def _registry() -> dict[str, MaskingScheme]:
     """The registry, with the built-in schemes registered first (on the first call)."""
     global _built_in_loaded
     if not _built_in_loaded:
-        from mlm_pipeline.masking import token, whole_word
+        from mlm_pipeline.masking import ngram, span, token, whole_word
 
-        for scheme in (token.SCHEME, whole_word.SCHEME):
+        for scheme in (token.SCHEME, whole_word.SCHEME, ngram.SCHEME, span.SCHEME):
             _SCHEMES[scheme.name] = scheme
         _built_in_loaded = True
     return _SCHEMES
@@ -59,3 +59,10 @@ def get_masking_scheme(name: str) -> MaskingScheme:
 def masking_scheme_names() -> tuple[str, ...]:
     """Registered scheme names, in registration order (the built-in ones first)."""
     return tuple(_registry())
+
+
+def scheme_record(settings) -> dict:
+    """The scheme of a run's settings and the parameters it reads, as the manifest records it."""
+    scheme = get_masking_scheme(settings.masking_scheme)
+    return {"name": scheme.name, "whole_words": bool(settings.do_whole_word_mask),
+            **{name: getattr(settings, name) for name in scheme.parameters}}
