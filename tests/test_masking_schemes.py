@@ -298,3 +298,65 @@ def test_albert_flag_spellings_are_read(tmp_path):
     args = native_args(["--input_file=a.txt", "--output_file=o", f"--vocab_file={VOCAB}", "--ngram=2",
                         "--nofavor_shorter_ngram", "--do_whole_word_mask"], settings_of())
     assert "--ngram" in args and "--no-favor-shorter-ngram" in args and "--do-whole-word-mask" in args
+
+
+# ---- word starts from the tokenizer's own marker --------------------------------------------
+
+
+def _trained(kind: str, path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from conftest import WIKITEXT
+    from mlm_pipeline.tokenize.loading import TextTokenizer
+
+    lines = [ln.strip() for ln in open(WIKITEXT, encoding="utf-8").readlines()[:1500] if ln.strip()]
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    if kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=1500, special_tokens=specials, unk_token="[UNK]")
+    else:
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tok.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=True) if kind == "byte-level"
+                             else pre_tokenizers.Whitespace())
+        trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=specials,
+                                      **({"initial_alphabet": pre_tokenizers.ByteLevel.alphabet()}
+                                         if kind == "byte-level" else {}))
+    tok.train_from_iterator(lines, trainer)
+    tok.save(str(path))
+    return TextTokenizer(str(path))
+
+
+def test_word_starts_come_from_the_tokenizers_own_marker(tok, tmp_path):
+    assert tok.word_marker == ("continuation", "##")
+    assert tok.is_continuation[tok.tokenizer.token_to_id("##ing")] and not tok.is_continuation[tok.special.mask]
+    for kind, marker in (("byte-level", ("start", "Ġ")), ("unigram", ("start", "▁")), ("whitespace-bpe", None)):
+        trained = _trained(kind, tmp_path / f"{kind}.json")
+        assert trained.word_marker == marker, kind
+        table = trained.is_continuation
+        assert not table[trained.special_id_array].any()
+        if marker is None:
+            assert not table.any()  # every token its own word
+            continue
+        words = "the history of the university"
+        enc = trained.tokenizer.encode(words, add_special_tokens=False)
+        starts = [not table[i] for i in enc.ids]
+        assert sum(starts) == 5 and starts[0], (kind, enc.tokens)  # one start per word
+
+
+def test_whole_words_need_a_tokenizer_that_marks_them(tmp_path):
+    from conftest import SAMPLE_TEXT
+    from mlm_pipeline.config import build_config
+    from mlm_pipeline.errors import ConfigError
+    from mlm_pipeline.pipeline import run_prepare
+
+    path = tmp_path / "tokenizer.json"
+    _trained("whitespace-bpe", path)
+    for scheme in ("whole-word", "span"):
+        config = build_config({"inputs": [str(SAMPLE_TEXT)], "output": str(tmp_path / scheme), "tokenizer": str(path),
+                               "workers": 1, "progress": False, "masking_scheme": scheme})
+        with pytest.raises(ConfigError, match="marks no word boundaries"):
+            run_prepare(config, show_progress=False)
+    config = build_config({"inputs": [str(SAMPLE_TEXT)], "output": str(tmp_path / "ngram"), "tokenizer": str(path),
+                           "workers": 1, "progress": False, "masking_scheme": "ngram", "do_whole_word_mask": False})
+    assert run_prepare(config, show_progress=False)["totals"]["masked_tokens"] > 0

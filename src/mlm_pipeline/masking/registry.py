@@ -66,3 +66,16 @@ def scheme_record(settings) -> dict:
     scheme = get_masking_scheme(settings.masking_scheme)
     return {"name": scheme.name, "whole_words": bool(settings.do_whole_word_mask),
             **{name: getattr(settings, name) for name in scheme.parameters}}
+
+
+def needs_words(settings) -> bool:
+    """Whether the run's scheme masks whole words (and so needs the tokenizer's word marker)."""
+    return get_masking_scheme(settings.masking_scheme).whole_words != "never" and bool(settings.do_whole_word_mask)
+
+
+def check_tokenizer(settings, tok) -> None:
+    """``ConfigError`` when the scheme masks whole words and the tokenizer marks none."""
+    if settings.masking == "static" and needs_words(settings) and tok.word_marker is None:
+        raise ConfigError(f"--masking-scheme {settings.masking_scheme} masks whole words, but the tokenizer "
+                          f"{settings.tokenizer} marks no word boundaries (no ## continuation pieces, no ▁ or Ġ word "
+                          "starts): use --masking-scheme token, or --no-do-whole-word-mask with ngram")
