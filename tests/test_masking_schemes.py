@@ -360,3 +360,15 @@ def test_whole_words_need_a_tokenizer_that_marks_them(tmp_path):
     config = build_config({"inputs": [str(SAMPLE_TEXT)], "output": str(tmp_path / "ngram"), "tokenizer": str(path),
                            "workers": 1, "progress": False, "masking_scheme": "ngram", "do_whole_word_mask": False})
     assert run_prepare(config, show_progress=False)["totals"]["masked_tokens"] > 0
+
+
+@pytest.mark.parametrize("scheme", ["token", "whole-word", "ngram", "span"])
+@pytest.mark.parametrize("prob", [0.01, 0.5])
+def test_every_scheme_takes_any_rate(wikitext_docs, tok, scheme, prob):
+    plain = _instances(wikitext_docs, tok, 128).slice(0, 400)
+    masked, stats = mask_batch(plain, _spec(tok, scheme, prob, 128, wwm=scheme != "token"), rng(2))
+    k = np.minimum(num_to_predict(plain.lengths, prob, 128), plain.lengths - 3)
+    share = stats.masked / len(plain.input_ids)
+    assert abs(share - k.sum() / len(plain.input_ids)) < 0.01, share
+    if scheme != "span":  # (span may take its last span whole, on average to k)
+        assert np.all(masked.masked_counts <= k)

@@ -237,7 +237,7 @@ def find_words(sel: Selection, *, whole_words: bool, cross_specials: bool) -> Wo
     word.
     """
     cand_pos = np.flatnonzero(sel.cand)
-    rows = np.searchsorted(sel.offsets, cand_pos, side="right") - 1
+    rows = np.repeat(np.arange(sel.n, dtype=np.int32), sel.lens)[cand_pos]  # (3x a searchsorted)
     starts = np.ones(len(cand_pos), dtype=bool)
     if whole_words and len(cand_pos):
         starts[1:] = rows[1:] != rows[:-1]  # a row's first candidate

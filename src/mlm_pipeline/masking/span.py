@@ -6,7 +6,8 @@ A row draws spans until its budget is met. A span's length in whole words is geo
 there, moved back as far as needed to fit inside the anchor's segment (a span never crosses
 ``[SEP]`` or any special token, nor does a word). A span that overlaps or touches a masked word
 is placed again (same length, a new anchor: collisions, more likely for long spans, would
-otherwise bias the lengths), so each span stays a run of its own. The 80/10/10 choice is made
+otherwise bias the lengths; after four places with no room it loses a word, which only happens
+in nearly full rows), so each span stays a run of its own. The 80/10/10 choice is made
 once per span.
 
 Budget: spans are taken whole while they fit ``k`` (``num_to_predict``). The first one that
@@ -31,6 +32,9 @@ from mlm_pipeline.masking.base import (
     Selection,
     find_words,
 )
+
+
+_TRIES = 4
 
 
 def span_length_cdf(p: float, lower: int, upper: int) -> np.ndarray:
@@ -68,7 +72,7 @@ def choose_spans(sel: Selection, draws: Draws) -> Chosen:
     span_of = np.full(nw + 1, -1, dtype=np.int64)  # (one spare slot, never masked, for clipped indices)
     spans = 0
     per_row = np.diff(words.first)
-    attempts = 2 * int(sel.k.max()) + 16 if sel.n else 0
+    attempts = 4 * int(sel.k.max()) + 32 if sel.n else 0
     for r0 in range(0, sel.n, base.ROWS_PER_CHUNK):
         r1 = min(sel.n, r0 + base.ROWS_PER_CHUNK)
         rows = np.arange(r0, r1)
@@ -80,6 +84,7 @@ def choose_spans(sel: Selection, draws: Draws) -> Chosen:
         count = np.zeros(r1 - r0, dtype=np.int64)
         done = (wpr == 0) | (k == 0)
         pending = np.zeros(r1 - r0, dtype=np.int64)
+        tries = np.zeros(r1 - r0, dtype=np.int64)
         # the expected tokens of the span that meets the budget in this row: spans that straddle a
         # point are size-biased (longer than the mean), times the row's tokens per word
         expected = straddling * (before[words.first[r0 + 1 : r1 + 1]] - before[first]) / np.maximum(wpr, 1)
@@ -118,7 +123,12 @@ def choose_spans(sel: Selection, draws: Draws) -> Chosen:
                 at = take & (start + d < end)
                 span_of[start[at] + d] = spans + np.flatnonzero(take).searchsorted(np.flatnonzero(at))
             spans += int(take.sum())
-            pending[live] = np.where(free, 0, length)
+            # a span that does not find room in _TRIES places is shortened by a word (a nearly full
+            # row, at rates near 0.5: the lengths skew short only there)
+            tries[live] = np.where(free, 0, tries[live] + 1)
+            stuck = tries[live] >= _TRIES
+            pending[live] = np.where(free, 0, np.where(stuck, np.maximum(lower, length - 1), length))
+            tries[live[stuck]] = 0
             count[live[take]] += tokens[take]
             done[live[can_overshoot]] = True  # taken or not, the row stops
             done[live] |= count[live] >= k[live]
