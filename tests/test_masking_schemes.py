@@ -235,10 +235,12 @@ def _prepare(tmp_path, name, workers=1, **settings):
     {"masking_scheme": "ngram"},
     {"masking_scheme": "span", "masked_lm_prob": 0.3, "max_predictions_per_seq": 60, "format": "parquet"},
 ])
-def test_prepare_with_a_scheme_gives_the_same_bytes_with_one_and_two_workers(tmp_path, settings):
+def test_prepare_with_a_scheme_gives_the_same_bytes_with_any_worker_count_and_backend(tmp_path, settings):
     one = _prepare(tmp_path, "one", 1, **settings)
     two = _prepare(tmp_path, "two", 2, **settings)
-    assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]]
+    hf = _prepare(tmp_path, "hf", 2, tokenizer_backend="hf", **settings)
+    assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]] \
+        == [s["sha256"] for s in hf["shards"]]
     assert len(one["shards"]) >= 2 and one["tasks"] >= 3
     record = one["masking_scheme"]
     assert record["name"] == settings["masking_scheme"] and record["whole_words"] is True
