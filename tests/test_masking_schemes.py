@@ -374,3 +374,15 @@ def test_every_scheme_takes_any_rate(wikitext_docs, tok, scheme, prob):
     assert abs(share - k.sum() / len(plain.input_ids)) < 0.01, share
     if scheme != "span":  # (span may take its last span whole, on average to k)
         assert np.all(masked.masked_counts <= k)
+
+
+def test_the_command_line_names_the_flag(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import SAMPLE_TEXT, VOCAB
+
+    got = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "o"),
+                          "-t", str(VOCAB), "--masking-scheme", "span", "--span-lower", "5", "--span-upper", "2"],
+                         capture_output=True, text=True)
+    assert got.returncode == 2 and "--span-lower (5) cannot exceed --span-upper (2)" in got.stderr

@@ -17,14 +17,19 @@ pytestmark = [pytest.mark.torch]
 
 
 @pytest.fixture(scope="module")
-def tokens_samples(tmp_path_factory):
+def tokens_out(tmp_path_factory):
     from mlm_pipeline.config import PrepareConfig
     from mlm_pipeline.pipeline import run_prepare
 
     out = tmp_path_factory.mktemp("tokens")
     run_prepare(PrepareConfig(inputs=[str(WIKITEXT)], output=str(out), tokenizer=str(VOCAB), objective="tokens",
                               max_seq_length=256, workers=1, progress=False))
-    return list(MLMDataset(str(out), shuffle=False))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tokens_samples(tokens_out):
+    return list(MLMDataset(tokens_out, shuffle=False))
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +101,15 @@ def test_ngram_masks_longer_runs_than_whole_words(tokens_samples, wordpiece):
 def test_bad_scheme_settings_are_value_errors(wordpiece, kwargs):
     with pytest.raises(ValueError):
         MLMCollator(wordpiece, **{"masking": "dynamic", **kwargs})
+
+
+def test_train_masks_with_a_scheme(tokens_out, tmp_path):
+    from mlm_pipeline.torch.train import TrainConfig, main
+
+    common = dict(data=tokens_out, steps=3, batch_size=8, layers=1, hidden=32, heads=2, threads=1, eval_batches=1,
+                  log_every=0)
+    summary = main(TrainConfig(**common, masking_scheme="span", output_dir=str(tmp_path / "span")))
+    assert summary["masking"] == "dynamic" and summary["masking_scheme"] == "span"
+    assert summary["steps_run"] == 3
+    with pytest.raises(ValueError, match="--masking-scheme ngram needs dynamic masking, and --masking electra"):
+        main(TrainConfig(**common, masking="electra", masking_scheme="ngram", output_dir=str(tmp_path / "x")))
