@@ -386,3 +386,36 @@ def test_the_command_line_names_the_flag(tmp_path):
                           "-t", str(VOCAB), "--masking-scheme", "span", "--span-lower", "5", "--span-upper", "2"],
                          capture_output=True, text=True)
     assert got.returncode == 2 and "--span-lower (5) cannot exceed --span-upper (2)" in got.stderr
+
+
+def test_a_scheme_defined_here_is_used_by_prepare(tmp_path):
+    """A masking scheme is one module and one registry call: this one masks the first k candidates."""
+    from mlm_pipeline.formats.parquet import read_parquet
+    from mlm_pipeline.masking import MaskingScheme, register_masking_scheme, unregister_masking_scheme
+    from mlm_pipeline.masking.base import Chosen
+
+    def first_k(sel, draws):
+        cand_pos = np.flatnonzero(sel.cand)
+        rows = np.repeat(np.arange(sel.n), sel.lens)[cand_pos]
+        rank = np.arange(len(cand_pos)) - np.searchsorted(rows, rows)  # rank among the row's candidates
+        return Chosen(cand_pos[rank < sel.k[rows]])
+
+    register_masking_scheme(MaskingScheme(name="first", choose=first_k, help="the first k candidates"))
+    try:
+        manifest = _prepare(tmp_path, "out", masking_scheme="first", format="parquet")
+    finally:
+        unregister_masking_scheme("first")
+    assert manifest["masking_scheme"] == {"name": "first", "whole_words": False}
+    batch = read_parquet(str(tmp_path / "out" / manifest["shards"][0]["path"]))
+    from mlm_pipeline.tokenize import load_tokenizer
+
+    from conftest import VOCAB
+
+    special = set(load_tokenizer(str(VOCAB), True).special_id_array.tolist())
+    for i in range(len(batch)):
+        row = batch.row(i)
+        ids = list(row["input_ids"])
+        for p, original in zip(row["masked_lm_positions"], row["masked_lm_ids"]):
+            ids[p] = original
+        first = [j for j, t in enumerate(ids) if t not in special][:len(row["masked_lm_positions"])]
+        assert list(row["masked_lm_positions"]) == first
