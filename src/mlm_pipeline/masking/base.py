@@ -18,7 +18,7 @@ code serves both and a dynamic mask never depends on the batch a sample lands in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal, Protocol
 
 import numpy as np
@@ -159,7 +159,6 @@ class MaskingScheme:
     parameters: tuple[str, ...] = ()
     per_group: bool = False
     check: Callable[[object], None] | None = None
-    defaults: dict = field(default_factory=dict)
 
 
 def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
