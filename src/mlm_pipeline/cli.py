@@ -487,9 +487,9 @@ def train(
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
         "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
         "with replacement, 85% [MASK], 15% kept). auto: static if the shards are masked, else the objective's "
-        "(electra for --objective electra, else dynamic).",
-    ),
+        "(electra for --objective electra, else dynamic).",),
     whole_word_mask: bool = typer.Option(False, "--whole-word-mask/--no-whole-word-mask", metavar="", help="Dynamic masking of whole words (word boundaries from the tokenizer)."),
+    masking_scheme: Optional[str] = typer.Option(None, "--masking-scheme", metavar="token|whole-word|ngram|span", help="Dynamic masking's scheme, with its default parameters (as prepare's --masking-scheme)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model initialisation, the data order and the dynamic masks."),
     output_dir: str = typer.Option("train-out", "--output-dir", "-o", help="Receives loss.csv (one row per step), summary.json, checkpoints/ (Lightning, resumable mid-epoch) and model/ (save_pretrained)."),
     num_workers: int = typer.Option(0, "--num-workers", help="DataLoader worker processes (0: load in the training process)."),
@@ -512,7 +512,7 @@ def train(
         _fail(f"training needs the torch extra (pip install 'mlm-pipeline[torch]'): {exc}")
     config = TrainConfig(
         data=data_dir, steps=steps, batch_size=batch_size, lr=lr, layers=layers, hidden=hidden, heads=heads,
-        masking=masking, whole_word_mask=whole_word_mask, seed=seed, output_dir=output_dir,
+        masking=masking, whole_word_mask=whole_word_mask, masking_scheme=masking_scheme, seed=seed, output_dir=output_dir,
         num_workers=num_workers, shuffle_buffer=shuffle_buffer, save_every=save_every, resume=resume,
         overwrite_output_dir=overwrite_output_dir, tokenizer=tokenizer, threads=threads,
     )

@@ -103,6 +103,7 @@ class ReferenceMode:
     help: str
     num_out_files: int | None = None
     tokenizer_warning: Callable[[TextTokenizer], str | None] | None = None
+    masking_schemes: tuple[str, ...] = ("token", "whole-word")  # the --masking-scheme values it reproduces
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Objective:
     check: Callable[[Any], None] | None = None
     load_masking: Literal["dynamic", "electra"] = "dynamic"
     cuts_long_sentences: bool = False
+    default_masking_scheme: str = "token"  # --masking-scheme when none is given (mlm_pipeline.masking)
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""

@@ -25,6 +25,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
+from mlm_pipeline.masking.registry import check_tokenizer
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
@@ -183,11 +184,13 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if config.reference and (check := get_objective(config.objective).reference.tokenizer_warning) is not None:
         if (warning := check(tok)) is not None:
             log.warning("%s", warning)
-    if config.do_whole_word_mask and config.masking != "static":
-        how = ("; mask whole words when loading them (dataset.collator(whole_word_mask=True))"
-               if get_objective(config.objective).load_masking == "dynamic" else "")
-        log.warning("--do-whole-word-mask has no effect with --masking %s: the shards hold no masks%s",
-                    config.masking, how)
+    check_tokenizer(config, tok)
+    if (scheme := config.masking_scheme) != "token" and config.masking != "static":
+        wwm, dynamic = scheme == "whole-word", get_objective(config.objective).load_masking == "dynamic"
+        how = (f"; mask {'whole words' if wwm else 'so'} when loading them (dataset.collator("
+               f"{'whole_word_mask=True' if wwm else f'masking_scheme={scheme!r}'}))" if dynamic else "")
+        log.warning("%s has no effect with --masking %s: the shards hold no masks%s",
+                    "--do-whole-word-mask" if wwm else f"--masking-scheme {scheme}", config.masking, how)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(

@@ -106,23 +106,67 @@ def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None,
     return electra_tokenizer(vocab, lowercase, strip), kind, (lowercase, lowercase and strip)
 
 
-def _continuation_table(tok: Tokenizer) -> np.ndarray:
-    """``True`` for vocabulary entries that continue a word (used by whole-word masking).
+def _component_types(component) -> set[str]:
+    """The ``type`` names of a pre-tokenizer or decoder, those inside a ``Sequence`` included."""
+    if component is None:
+        return set()
+    try:
+        spec = json.loads(component.__getstate__())
+    except Exception:  # (not a serialisable component)
+        return {type(component).__name__}
+    found, todo = set(), [spec]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            found.add(str(item.get("type")))
+            todo.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
-    WordPiece marks continuations with a prefix (``##``); byte-level BPE and SentencePiece mark
-    word *starts* (``Ġ``, ``▁``) instead, so there a token without the marker continues a word.
+
+def word_marker(tok: Tokenizer) -> tuple[str, str] | None:
+    """How this tokenizer marks words, from its model and pre-tokenizer (not guessed from
+    tokens): ``("continuation", prefix)`` (WordPiece's ``##``, or a BPE's continuing-subword
+    prefix), ``("start", marker)`` (byte-level BPE's ``Ġ``, SentencePiece's ``▁``), or None
+    (no word boundaries it marks: whole-word masking is refused)."""
+    model = tok.model
+    kind = type(model).__name__
+    prefix = getattr(model, "continuing_subword_prefix", None)
+    if kind == "WordPiece":
+        return "continuation", prefix or "##"
+    types = _component_types(tok.pre_tokenizer) | _component_types(tok.decoder)
+    if "ByteLevel" in types:
+        return "start", "Ġ"
+    if "Metaspace" in types or kind == "Unigram":
+        replacement = getattr(tok.pre_tokenizer, "replacement", None)
+        return "start", replacement if isinstance(replacement, str) and replacement else "▁"
+    if kind == "BPE" and prefix:
+        return "continuation", prefix
+    return None
+
+
+def _continuation_table(tok: Tokenizer) -> np.ndarray:
+    """``True`` for vocabulary entries that continue a word (used by the whole-word schemes), by
+    the tokenizer's own marker (:func:`word_marker`): WordPiece marks continuations with a
+    prefix (``##``); byte-level BPE and SentencePiece mark word *starts* (``Ġ``, ``▁``), so
+    there a token without the marker continues a word. Added tokens (``<s>``, ``[MASK]``...)
+    never continue one; with no marker, no token does.
     """
     vocab = tok.get_vocab(with_added_tokens=True)
     table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    marker = word_marker(tok)
+    if marker is None:
+        return table
     tokens = vocab.items()  # ids are unique: no need to sort
-    model = tok.model  # the model object's attributes: no JSON round trip of the whole tokenizer
-    if type(model).__name__ == "WordPiece":
-        prefix = getattr(model, "continuing_subword_prefix", None) or "##"
-        flags = [t.startswith(prefix) and len(t) > len(prefix) for t, _ in tokens]
+    how, mark = marker
+    if how == "continuation":
+        flags = [t.startswith(mark) and len(t) > len(mark) for t, _ in tokens]
     else:
-        starts = ("Ġ", "▁")
-        flags = [not t.startswith(starts) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
+        flags = [not t.startswith(mark) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
     table[np.fromiter((i for _, i in tokens), dtype=np.int64, count=len(tokens))] = flags
+    added = [i for i in tok.get_added_tokens_decoder()] if hasattr(tok, "get_added_tokens_decoder") else []
+    table[np.asarray(added, dtype=np.int64)] = False
     return table
 
 
@@ -229,6 +273,11 @@ class TextTokenizer:
         """Per id, whether it continues a word: for whole-word masking only, so built on first
         use (a Python pass over the vocabulary, about 30 ms)."""
         return _continuation_table(self.tokenizer)
+
+    @functools.cached_property
+    def word_marker(self) -> tuple[str, str] | None:
+        """How the tokenizer marks words (:func:`word_marker`); None: it marks none."""
+        return word_marker(self.tokenizer)
 
     @functools.cached_property
     def fingerprint(self) -> str:
