@@ -202,6 +202,24 @@ def test_a_degraded_conversion_differing_on_a_tasks_text_falls_back_for_the_task
     assert shard_table(manifest) == shard_table(expected)
 
 
+def test_after_a_tasks_fallback_the_library_encodes_the_whole_run(monkeypatch, tmp_path, caplog):
+    """Task a's first block shows the degraded conversion differing; task b's difference lies past
+    what its own check reads. The run encodes both again with the library: the library's bytes."""
+    chinese = [line for line in HONGLOUMENG.read_text(encoding="utf-8").splitlines()
+               if line.strip() and "\u5b9d\u7389" not in line]
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("\u5b9d\u7389\u6765\u4e86\u3002\n" + "\n".join(chinese[:60]) + "\n", encoding="utf-8")
+    b.write_text("\n".join(chinese[60:200]) + "\n\u5b9d\u7389\u8d70\u4e86\u3002\n", encoding="utf-8")
+    settings = {"workers": 1, "split_bytes": "24KB", "max_seq_length": 64}
+    expected = run([a, b], tmp_path / "library", tokenizer_backend="sentencepiece", **settings)
+    monkeypatch.setattr(spm, "to_hf", _Degraded("\u5b9d\u7389"))
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        manifest = run([a, b], tmp_path / "hf", tokenizer_backend="hf", **settings)
+    assert "run again with sentencepiece" in caplog.text
+    assert len(manifest["shards"]) >= 2 and shard_table(manifest) == shard_table(expected)
+    assert {b["backend"] for b in manifest["tokenizer_backend"]} == {"sentencepiece"}
+
+
 def rows(out: Path) -> list[dict]:
     return [row for f in sorted((out / "shards").glob("*.parquet")) for row in pq.read_table(f).to_pylist()]
 

@@ -413,6 +413,8 @@ class CheckedEncoder:
         else:
             self.reference = self._plain = reference
         self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
+        if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
+            self.info["reference"] = self.reference.name
         self._chosen = (self.encoder, self.info)
 
     def begin_task(self) -> None:
@@ -435,7 +437,8 @@ class CheckedEncoder:
     def _fall_back(self, reason: str) -> None:
         log.warning("tokenizer backend %s falls back to %s: %s", self.encoder.name, self.reference.name, reason)
         self.info = {**_info(self.reference), "requested": self.info["requested"],
-                     "fallback_from": self.encoder.name, "fallback_reason": reason}
+                     "fallback_from": self.encoder.name, "fallback_reason": reason,
+                     **({"reference": self.info["reference"]} if "reference" in self.info else {})}
         self.encoder = self.reference
 
 
