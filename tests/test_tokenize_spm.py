@@ -354,6 +354,59 @@ def test_model_type_and_word_marker_say_how_words_start(tmp_path):
     assert all(cont[i] == (not p.startswith("\u2581")) for i, p in enumerate(pieces) if i >= 13)
 
 
+def train(tmp_path: Path, name: str, **flags) -> Path:
+    """A small model trained here on English and Chinese (deterministic: one thread)."""
+    text = WIKITEXT.read_text(encoding="utf-8")[:60_000] + HONGLOUMENG.read_text(encoding="utf-8")[:20_000]
+    buf = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter([line for line in text.splitlines() if line.strip()]), model_writer=buf,
+        vocab_size=1000, num_threads=1, character_coverage=0.98, minloglevel=2, **flags)
+    path = tmp_path / name
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def test_t5_layout_gets_cls_and_mask_appended(tmp_path, caplog):
+    """T5's layout: <pad> 0, </s> 1, <unk> 2, no <s>, no mask piece."""
+    model = train(tmp_path, "spiece.model", model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        tok = TextTokenizer(str(model))
+    assert tok.special == spm_special(cls=1000, sep=1, mask=1001, pad=0) and tok.unk_id == 2
+    assert tok.convert_ids_to_tokens([0, 1, 2, 1000, 1001]) == ["<pad>", "</s>", "<unk>", "<s>", "<mask>"]
+    assert "no piece for <s>, <mask>" in caplog.text and "id 1000, 1001" in caplog.text
+
+
+def test_a_bpe_model_is_encoded_by_the_library(tmp_path):
+    model = train(tmp_path, "bpe.model", model_type="bpe")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
+    lines = real_lines()[::13]
+    for backend in ("auto", "hf"):  # hf: no conversion of a BPE model, the library encodes
+        tok = TextTokenizer(str(model), backend=backend)
+        assert tok.encoder.name == "sentencepiece" and tok.model_type == "sentencepiece"
+        assert split_ids(*tok.encode_batch(lines)) == sp.encode(lines)
+    assert "no HF conversion" in tok.backend_info["fallback_reason"]
+
+
+def test_accent_stripping_matches_albert_on_every_combining_mark():
+    """``strip_combining`` (distinct characters looked up) against ALBERT's loop over characters."""
+    import random
+
+    marks = [chr(c) for c in range(0x110000) if unicodedata.combining(chr(c))]
+    rng = random.Random(3)
+    for _ in range(500):
+        text = "".join(rng.choice(marks) if rng.random() < 0.3 else chr(rng.randrange(0x20, 0x30000))
+                       for _ in range(40))
+        assert spm.strip_combining(text) == "".join(c for c in text if not unicodedata.combining(c))
+
+
+def test_google_reference_mode_refuses_a_sentencepiece_model(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", str(SAMPLE_TEXT), "-o",
+                           str(tmp_path / "out"), "-t", str(ALBERT_MODEL), "--reference", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "reads a WordPiece vocab.txt" in proc.stderr and "is a SentencePiece model" in proc.stderr
+
+
 def test_electra_flavor_refuses_a_sentencepiece_model():
     with pytest.raises(TokenizerError, match="needs a WordPiece vocabulary"):
         TextTokenizer(str(ALBERT_MODEL), flavor="electra")

@@ -2,7 +2,7 @@
 HF conversion.
 
 The ``sentencepiece`` library is the reference for a model's ids (``backends/spm.py`` encodes
-with it, and ``auto`` picks it: on English and Chinese text it encoded 8x faster than the HF
+with it, and ``auto`` picks it: on English and Chinese text it encoded 2.5-12x faster than the HF
 conversion of the same model, one thread each). :func:`to_hf` converts the model to an HF
 ``tokenizers.Tokenizer``, which the ``hf`` backend encodes with only where it gives the
 library's ids (the probe set at load, each task's first block after that). It cannot always:
