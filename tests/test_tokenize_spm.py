@@ -338,7 +338,7 @@ def test_hub_names_load_from_the_local_cache(tmp_path, xlmr_like_model):
 
 
 def test_model_type_and_word_marker_say_how_words_start(tmp_path):
-    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers import ByteLevelBPETokenizer, SentencePieceBPETokenizer
 
     assert (TextTokenizer(str(VOCAB)).model_type, TextTokenizer(str(VOCAB)).word_marker) == ("wordpiece", "##")
     bpe = ByteLevelBPETokenizer()
@@ -347,6 +347,11 @@ def test_model_type_and_word_marker_say_how_words_start(tmp_path):
     bpe.save(str(tmp_path / "tokenizer.json"))
     byte_level = TextTokenizer(str(tmp_path / "tokenizer.json"))
     assert (byte_level.model_type, byte_level.word_marker) == ("byte-level-bpe", "\u0120")
+    metaspace = SentencePieceBPETokenizer()  # a tokenizer.json with SentencePiece's ▁ (Metaspace)
+    metaspace.train([str(SAMPLE_TEXT)], vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                    show_progress=False)
+    metaspace.save(str(tmp_path / "metaspace.json"))
+    assert TextTokenizer(str(tmp_path / "metaspace.json")).model_type == "sentencepiece"
     albert = TextTokenizer(str(ALBERT_MODEL))
     cont = albert.is_continuation
     pieces = albert.convert_ids_to_tokens(range(albert.vocab_size))

@@ -142,11 +142,11 @@ def model_type_of(tok: Tokenizer) -> str:
         return "wordpiece"
     if name == "Unigram":
         return "sentencepiece"
-    spec = json.loads(tok.to_str())
-    parts = json.dumps([spec.get("pre_tokenizer"), spec.get("normalizer"), spec.get("decoder")])
-    if '"ByteLevel"' in parts:
+    # the components' own JSON (the whole tokenizer's took 0.2 s for a 50k BPE vocabulary)
+    parts = b" ".join(c.__getstate__() for c in (tok.pre_tokenizer, tok.normalizer, tok.decoder) if c is not None)
+    if b'"ByteLevel"' in parts:
         return "byte-level-bpe"
-    if '"Metaspace"' in parts or "\u2581" in parts:
+    if b'"Metaspace"' in parts or "\u2581".encode() in parts or b"\\u2581" in parts:
         return "sentencepiece"
     return "bpe"
 
