@@ -139,6 +139,19 @@ def test_xlmr_and_camembert_directories_give_fairseq_ids(xlmr_like_model, tmp_pa
         (tok.special.cls, tok.special.sep, tok.special.mask, tok.special.pad)
 
 
+def test_a_directory_without_a_tokenizer_class_is_known_by_its_config_json(tmp_path):
+    """Older hub repositories name no tokenizer class: config.json's model_type tells ALBERT's, and
+    its model file is read (not its tokenizer.json) with tokenizer_config.json's settings."""
+    (tmp_path / "spiece.model").write_bytes(ALBERT_MODEL.read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "albert", "vocab_size": 8000}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    (tmp_path / "tokenizer.json").write_text("this file is not read")
+    tok = TextTokenizer(str(tmp_path))
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(ALBERT_MODEL))
+    assert tok.kind == "sentencepiece-model"
+    assert split_ids(*tok.encode_batch(["Caf\u00e9  WORLD"]))[0] == sp.encode("Cafe WORLD")
+
+
 def test_albert_directory_takes_its_tokenizer_config(tmp_path):
     (tmp_path / "spiece.model").write_bytes(ALBERT_MODEL.read_bytes())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(

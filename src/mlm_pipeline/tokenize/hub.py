@@ -18,7 +18,8 @@ import re
 from mlm_pipeline.errors import TokenizerError
 from mlm_pipeline.tokenize.spm import MODEL_FILES
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", *MODEL_FILES)
+# config.json: its model_type tells an ALBERT, XLM-R, CamemBERT or T5 model (spm.directory_model)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", *MODEL_FILES, "config.json")
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 

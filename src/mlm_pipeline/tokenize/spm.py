@@ -223,20 +223,31 @@ def read_model(path: str, *, layout: str = "own", albert: AlbertRules | None = N
                     roles=roles, appended=appended, id_map=id_map, normalizer=normalizer)
 
 
-def directory_model(directory: Path, do_lower_case: bool) -> tuple[str, str, AlbertRules | None] | None:
-    """The SentencePiece model of a Hugging Face model directory whose ``tokenizer_config.json``
-    names ALBERT's, XLM-R's, CamemBERT's or T5's tokenizer (path, id layout, ALBERT's rules), or
-    None: such a directory is read by its model file, checked against the library, rather than
-    by its ``tokenizer.json``."""
-    model = next((directory / n for n in MODEL_FILES if (directory / n).is_file()), None)
-    cfg = directory / "tokenizer_config.json"
-    if model is None or not cfg.is_file():
-        return None
+MODEL_TYPES = {"albert": "Albert", "xlm-roberta": "XLMRoberta", "camembert": "Camembert", "t5": "T5", "mt5": "MT5"}
+"""A model directory's ``config.json`` ``model_type``, for the tokenizer class its
+``tokenizer_config.json`` does not name (older hub repositories name none)."""
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
     try:
-        settings = json.loads(cfg.read_text())
+        found = json.loads(path.read_text())
     except (json.JSONDecodeError, OSError) as exc:
-        raise TokenizerError(f"cannot read {cfg}: {exc}") from exc
-    cls = str(settings.get("tokenizer_class") or "")
+        raise TokenizerError(f"cannot read {path}: {exc}") from exc
+    return found if isinstance(found, dict) else {}
+
+
+def directory_model(directory: Path, do_lower_case: bool) -> tuple[str, str, AlbertRules | None] | None:
+    """The SentencePiece model of a Hugging Face model directory of ALBERT, XLM-R, CamemBERT or T5
+    (``tokenizer_config.json``'s ``tokenizer_class``, else ``config.json``'s ``model_type``) as
+    (path, id layout, ALBERT's rules), or None: such a directory is read by its model file,
+    checked against the library, rather than by its ``tokenizer.json``."""
+    model = next((directory / n for n in MODEL_FILES if (directory / n).is_file()), None)
+    if model is None:
+        return None
+    settings = _json(directory / "tokenizer_config.json")
+    cls = str(settings.get("tokenizer_class") or MODEL_TYPES.get(_json(directory / "config.json").get("model_type"), ""))
     if cls.startswith("Albert"):
         rules = AlbertRules(do_lower_case=bool(settings.get("do_lower_case", do_lower_case)),
                             keep_accents=bool(settings.get("keep_accents", False)),
