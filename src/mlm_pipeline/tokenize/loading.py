@@ -111,10 +111,10 @@ def _local(path: str) -> str:
 
 
 def _sentencepiece(path: str, do_lower_case: bool, flavor: str) -> spm.SpmModel | None:
-    """The SentencePiece model ``path`` names, or None: a ``.model`` file, a model directory whose
-    ``tokenizer_config.json`` names ALBERT's, XLM-R's, CamemBERT's or T5's tokenizer (read by its
-    model file, checked against the library, rather than by its ``tokenizer.json``), or one with a
-    model file and neither ``tokenizer.json`` nor ``vocab.txt``."""
+    """The SentencePiece model ``path`` names, or None: a ``.model`` file, a model directory of
+    ALBERT, XLM-R, CamemBERT or T5 (``spm.directory_model``: read by its model file, checked
+    against the library, rather than by its ``tokenizer.json``), or one with a model file and
+    neither ``tokenizer.json`` nor ``vocab.txt``."""
     p = Path(path)
     found = None
     if p.is_file() and p.suffix == ".model":
@@ -460,7 +460,6 @@ def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> 
         try:
             if tok is None:
                 raise ValueError("no HF conversion of this tokenizer")
-
             encoder = BACKENDS[name](tok)
         except Exception as exc:  # library missing, or a configuration it does not implement
             reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"

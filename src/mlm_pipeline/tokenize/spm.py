@@ -6,21 +6,20 @@ with it, and ``auto`` picks it: on English and Chinese text it encoded 2.5-12x f
 conversion of the same model, one thread each). :func:`to_hf` converts the model to an HF
 ``tokenizers.Tokenizer``, which the ``hf`` backend encodes with only where it gives the
 library's ids (the probe set at load, each task's first block after that). It cannot always:
-HF's Unigram breaks ties between segmentations of equal score otherwise (``(AAA)`` gave
-``A AA`` where SentencePiece gives ``AA A``).
+HF's Unigram breaks ties between segmentations of equal score otherwise (in ``American
+Anthropological Association (AAA).`` it gave ``A AA`` where SentencePiece gives ``AA A``).
 
 What a model is decides two things:
 
 * **ALBERT's text rules**: a model holding ``[CLS]`` and ``[SEP]`` pieces (ALBERT's
-  ``spiece.model``), or a model directory whose ``tokenizer_config.json`` names an
-  ``AlbertTokenizer``, is read as HF's ``AlbertTokenizer`` reads it: runs of whitespace made one
+  ``spiece.model``), or an ALBERT model directory (:func:`directory_model`), is read as HF's ``AlbertTokenizer`` reads it: runs of whitespace made one
   space and the ends stripped (``remove_space``), ```` `` ```` and ``''`` made ``"``, accents
   stripped (NFKD, then combining marks dropped) unless ``keep_accents``, lower-cased when
   ``do_lower_case``, then the model's own normaliser; a piece ending in a digit and a comma is
   encoded again without the comma, as ALBERT does (``1,``: ``1`` ``,``).
   Other models (XLM-R, CamemBERT, T5) encode the text as it is, by their own normaliser.
 * **the ids**: a ``.model`` file gives the model's own ids (``sp.encode``). A model directory of
-  XLM-R or CamemBERT (by its ``tokenizer_config.json``) gives fairseq's ids, as their HF
+  XLM-R or CamemBERT (:func:`directory_model`) gives fairseq's ids, as their HF
   tokenizers and checkpoints do: XLM-R's ``<s> <pad> </s> <unk>`` first and every other piece one
   id up, CamemBERT's four ids up, ``<mask>`` last.
 
@@ -51,7 +50,7 @@ CamemBERT; others)."""
 # SentencePiece piece types (sentencepiece_model.proto)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-# a role's names among the pieces, ALBERT's first; the name a missing role is appended as, last
+# a role's names among the pieces, ALBERT's first; APPENDED: the name a missing role gets
 ROLE_NAMES = {
     "cls": ("[CLS]", "<s>", "<cls>"),
     "sep": ("[SEP]", "</s>", "<sep>"),
