@@ -122,11 +122,6 @@ class SpmModel:
                "albert": None if self.albert is None else vars(self.albert)}
         return hashlib.sha256(self.data + json.dumps(how, sort_keys=True).encode()).hexdigest()
 
-    def describe(self) -> dict:
-        """What the manifest and ``inspect`` say of it."""
-        return {"model_type": self.model_type, "layout": self.layout, "vocab_size": self.vocab_size,
-                "albert_rules": None if self.albert is None else vars(self.albert), "appended": self.appended}
-
 
 def _proto(data: bytes, path: str):
     try:
