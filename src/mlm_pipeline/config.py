@@ -168,18 +168,18 @@ class PrepareConfig(BaseModel):
         ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
-        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
-        "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a SentencePiece .model, a model directory, or a "
+        "Hugging Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
-        "auto", "tokenizer", "Encoder: auto, the fastest installed one that gives HF's ids exactly (checked), or "
-        "hf. Output never depends on it.",
+        "auto", "tokenizer", "Encoder: auto, the fastest one that gives the reference's ids exactly (checked), "
+        "or one by name. Output never depends on it.",
         runtime=True, choices=_tokenizer_backend_choices)
     tokenizer_flavor: Literal["bert", "electra", "auto"] = setting(
         "auto", "tokenizer", "Text rules of a WordPiece vocab: bert (HF's), electra (drops Unicode C* characters, "
         "strips accents only when lower-casing). auto: electra for --objective electra, else bert.")
     do_lower_case: bool = setting(
-        True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
+        True, "tokenizer", "Lower-case and strip accents (vocab.txt, ALBERT's .model; match the vocab).",
         google="do_lower_case")
     verify_inputs: bool = setting(
         False, "input", "On resume, check the bytes each completed task read by SHA-256 (every input read once "

@@ -73,7 +73,8 @@ class CompletedTasks:
         self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
-        self._fast: set[int] = set()  # plan indices of the tasks a backend other than HF encoded
+        self._fast: set[int] = set()  # plan indices of the tasks a backend other than the reference encoded
+        self.reference = "hf"  # the backend every other is checked against (sentencepiece for a .model)
         self._fell_back: str | None = None  # a task whose own text showed the fast backend differing from HF
         self.rejected: dict[str, bytes] = {}  # task id -> the bytes of its marker, read and found stale
 
@@ -96,7 +97,8 @@ class CompletedTasks:
         add_counts(self._stats, marker["stats"])
         backend = marker.get("tokenizer_backend", {})
         self._backends[json.dumps(backend, sort_keys=True)] += 1
-        if backend.get("backend", "hf") != "hf":
+        self.reference = backend.get("reference", "hf")  # sentencepiece for a SentencePiece model
+        if backend.get("backend", "hf") != self.reference:
             self._fast.add(index)
         if backend.get("fallback_from") and self._fell_back is None:
             self._fell_back = marker["task_id"]
@@ -126,7 +128,7 @@ class CompletedTasks:
         return self._fell_back
 
     def encoded_fast(self) -> list[str]:
-        """The ids of the tasks a backend other than HF encoded, in plan order."""
+        """The ids of the tasks a backend other than the reference (``reference``) encoded, in plan order."""
         ids = {index: task_id for task_id, index in self._index.items()}
         return [ids[index] for index in sorted(self._fast)]
 
