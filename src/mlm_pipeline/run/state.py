@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
+from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, flag_for, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.masking.registry import check_tokenizer
 from mlm_pipeline.plan import Plan, Task, plan_tasks
@@ -178,7 +178,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if tok.missing_unk:
         log.warning("%s", missing_unk_message(config.tokenizer, tok.missing_unk, "a word its vocabulary cannot "
                                               "spell will stop the run's task there"))
-    if (mismatch := case_mismatch(tok)) is not None:
+    if (mismatch := case_mismatch(tok, lower_off=flag_for("do_lower_case", False))) is not None:
         log.warning("%s", mismatch)
     elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":
         log.warning("--do-lower-case/--no-do-lower-case has no effect with %s: a tokenizer.json lower-cases "
