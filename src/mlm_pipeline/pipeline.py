@@ -168,7 +168,9 @@ def _finish(config: PrepareConfig, start: RunStart, executor: Executor, ran: lis
         seen = sum(t.task_id in names for t in start.plan.tasks)
         if fs.exists(url):  # another worker wrote it (checked after the listing: it comes after every marker)
             return _End(None, seen, True)
-        if seen < total or rounds == REDO_ROUNDS:  # another worker's task running: it finishes the run
+        if seen < total:  # another worker's task, running: that worker looks again after marking it
+            return _End(None, seen, False)
+        if rounds == REDO_ROUNDS:  # every task marked and still no manifest (the CLI exits 1)
             return _End(None, seen, False)
         rounds += 1
         done = completed_tasks(config, start.plan)
