@@ -71,7 +71,7 @@ _URL_SCHEMES = (
 _EXTERNAL_LINK = re.compile(
     r"\[(?:(?:" + _URL_SCHEMES + r"):|//)[^\s\[\]<>\"]*[ \t]*([^\]\n]*)\]", re.I
 )
-_EXTERNAL_OPEN = re.compile(r"\[(?:(?:" + _URL_SCHEMES + r"):|//)", re.I)
+_EXTERNAL_OPEN = re.compile(r"\[(?:[a-z]+:|//)", re.I)  # (where one may start: cheap on "[[[[")
 
 # --------------------------------------------------------------------------- step 5-7
 
