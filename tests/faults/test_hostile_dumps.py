@@ -30,16 +30,20 @@ PAGES = 206
 SPLIT = "300KB"  # MULTI in 4 tasks, cut at its streams 576501, 1075205 and 1618059
 
 
-def prepare(*inputs, out: Path, code: int = 0, split: str = SPLIT) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *map(str, inputs), "-o", str(out), "-t", str(VOCAB),
-            "--workers", "1", "--split-size", split, "--dupe-factor", "1", "--no-progress"]
+def cli(*args, code: int = 0) -> subprocess.CompletedProcess:
     env = {**os.environ}
-    if env.get("PYTHONPATH"):
+    if env.get("PYTHONPATH"):  # the same package from the test's working directory
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep))
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=600, env=env)
     assert proc.returncode == code, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+def prepare(*inputs, out: Path, code: int = 0, split: str = SPLIT) -> subprocess.CompletedProcess:
+    return cli("prepare", *inputs, "-o", out, "-t", VOCAB, "--workers", "1", "--split-size", split,
+               "--dupe-factor", "1", "--no-progress", code=code)
 
 
 def totals(out: Path) -> dict:
@@ -144,6 +148,8 @@ def test_a_page_over_the_cap_is_cut_and_counted(tables_xml, tables_clean, tmp_pa
     assert pages_seen(t) == 6 and t["documents_read"] == tables_clean["documents_read"] + 1
     assert t["pages_cut"] == 1
     assert f"the page 'Huge' is longer than {8 << 20} bytes of XML" in proc.stderr
+    report = cli("report", out).stdout
+    assert "1 Wikipedia dump page(s) longer than 8 MiB of XML were read up to that size only" in report
     tally.record("dump page over the cap")
 
 
