@@ -345,3 +345,27 @@ def test_a_program_is_named_as_a_program_not_as_utf16_text(tmp_path, caplog):
     assert details[str(program)] == "binary data; it looks like an executable (ELF)"
     assert "UTF-16" not in details[str(padded)] and "NUL bytes" in details[str(padded)]
     assert caplog.text.count(f"skipping {program}") == 1
+
+
+def test_a_fifo_or_stdin_named_as_input_is_refused_as_not_a_regular_file(tmp_path):
+    """A named pipe, ``/dev/stdin`` or a device has no size and cannot be split or read again on a
+    rerun: it is refused as what it is (it was skipped as "an empty file"). In a directory or a
+    glob it is skipped as ``unreadable``, like a socket."""
+    import os
+    import shutil
+
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    def planned(name: str):
+        return plan_tasks(PrepareConfig(inputs=[name], output=str(tmp_path / "out"), tokenizer=str(VOCAB)))
+
+    # (/dev/stdin is a regular file only when the test runner's stdin is one)
+    for name in [str(fifo), "/dev/null", *(["/dev/stdin"] if not os.path.isfile("/dev/stdin") else [])]:
+        with pytest.raises(InputError, match=f"^{name}: not a regular file"):
+            planned(name)
+    shutil.copyfile(SAMPLE_TEXT, tmp_path / "a.txt")
+    for given in (str(tmp_path), str(tmp_path / "*")):
+        plan = planned(given)
+        assert [f["path"] for f in plan.files] == [str(tmp_path / "a.txt")]
+        assert [(s["path"], s["reason"], s["detail"]) for s in plan.skipped_files] == [
+            (str(fifo), "unreadable", "not a regular file")]

@@ -277,6 +277,12 @@ def _listing(fs, item: str, path: str, info: dict, skipped: list[dict]) -> dict[
         return _walk_local(path, skipped)
     if info.get("type") == "directory":
         return {m: i for m, i in fs.find(path, detail=True).items() if not _hidden_below(path, m)}
+    if is_local(item) and info.get("type") not in ("file", None):  # a FIFO, /dev/stdin, a device
+        if _glob.has_magic(item):
+            skipped.append({"path": path, "reason": "unreadable", "detail": "not a regular file"})
+            return {}
+        raise InputError(f"{item}: not a regular file (a pipe, a device or a socket): inputs are files that "
+                         "workers can split and read again on a rerun; save the stream to a file first")
     return {path: info} if info.get("type") == "file" or not _glob.has_magic(item) else {}
 
 

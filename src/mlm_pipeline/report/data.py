@@ -195,6 +195,9 @@ def warnings(manifest: dict) -> list[str]:
                    "file with no blank line is one document, read by one task alone; Google's text format puts a "
                    "blank line between documents (a document per line: `sed G` puts a blank line after each line, and "
                    "--sentence-split splits the lines into sentences)")
+    if cut := t.get("pages_cut", 0):
+        out.append(f"{cut:,} Wikipedia dump page(s) longer than 8 MiB of XML were read up to that size only "
+                   "(Wikipedia accepts 2 MiB of wikitext a page: is the dump damaged?)")
     return out
 
 
