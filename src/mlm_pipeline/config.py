@@ -52,8 +52,8 @@ def parse_size(value: int | str) -> int:
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 MAX_LINE_BYTES_CEILING = 16 << 20
-"""The largest ``--max-line-bytes``: lines are held whole while tokenized, and tokenizing a line
-takes many times its size in memory."""
+"""The largest ``--max-line-bytes``: a line is held whole while read (and tokenized in pieces,
+``tokenize/long_texts.py``), a few times its size."""
 
 
 def _parse_size_or_auto(value: int | str | None) -> int | None:

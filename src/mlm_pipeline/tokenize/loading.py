@@ -33,6 +33,7 @@ from mlm_pipeline.tokenize.google_rules import (
     electra_tokenizer,
     read_google_vocab,
 )
+from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
 
 log = logging.getLogger("mlm_pipeline")
@@ -246,12 +247,14 @@ class TextTokenizer:
         return self.checked.info
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
+        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials).
+        A text over ``LONG_TEXT_CHARS`` is encoded in pieces (``long_texts``), so memory stays
+        bounded whatever a line holds."""
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         if self._lower_in_python:
             texts = [t if t.isascii() else electra_in_python(t, self._strip_accents) for t in texts]
-        return self.checked.encode_batch(texts)
+        return encode_cut(self.checked.encode_batch, texts)
 
     def begin_task(self) -> None:
         """A task starts: the backend chosen at load encodes again (:meth:`CheckedEncoder.begin_task`)."""
