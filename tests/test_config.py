@@ -124,6 +124,18 @@ def test_max_line_bytes_has_a_ceiling():
         build_config({**REQUIRED, "max_line_bytes": "100MB"})
 
 
+def test_task_and_block_sizes_have_a_floor_and_the_seed_is_not_negative():
+    """``--split-size 1`` made 1.1 MB of input 1.1 million tasks, ``--block-size 1`` a document of
+    every line, and ``--random-seed -1`` passed here only to fail in every task."""
+    assert build_config({**REQUIRED, "split_bytes": "1KiB", "block_bytes": "1KiB", "random_seed": 0}).split_bytes == 1024
+    with pytest.raises(ConfigError, match="split-size: Input should be greater than or equal to 1024"):
+        build_config({**REQUIRED, "split_bytes": 1})
+    with pytest.raises(ConfigError, match="block-size: Input should be greater than or equal to 1024"):
+        build_config({**REQUIRED, "block_bytes": "1000B"})
+    with pytest.raises(ConfigError, match="random-seed: Input should be greater than or equal to 0"):
+        build_config({**REQUIRED, "random_seed": -1})
+
+
 def test_a_check_of_several_settings_names_the_flags_without_pydantics_words():
     base = {"inputs": ["a.txt"], "output": "o", "tokenizer": "t"}
     with pytest.raises(ConfigError) as err:

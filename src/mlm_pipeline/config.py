@@ -56,6 +56,14 @@ MAX_LINE_BYTES_CEILING = 16 << 20
 ``tokenize/long_texts.py``), a few times its size."""
 
 
+MIN_SPLIT_BYTES = 1024
+"""The smallest ``--split-size``: smaller tasks cost more to track than to run (``plan.MAX_TASKS``
+bounds their number too)."""
+MIN_BLOCK_BYTES = 1024
+"""The smallest ``--block-size``: a longer document is cut into parts of this size at line ends
+(``--block-size 1`` made every line a document)."""
+
+
 def _parse_size_or_auto(value: int | str | None) -> int | None:
     return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else parse_size(value)
 
@@ -231,7 +239,7 @@ class PrepareConfig(BaseModel):
         google="short_seq_prob", ge=0.0, le=1.0)
     random_seed: int = setting(
         12345, "instances", "Global seed; each task derives its own, so output never depends on the worker count.",
-        google="random_seed")
+        google="random_seed", ge=0)
     do_whole_word_mask: bool = setting(
         False, "masking", "Mask a word and its ## pieces together.", google="do_whole_word_mask")
 
@@ -241,10 +249,10 @@ class PrepareConfig(BaseModel):
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
-        flags=("--split-size",), metavar="SIZE", ge=1)
+        flags=("--split-size",), metavar="SIZE", ge=MIN_SPLIT_BYTES)
     block_bytes: Size = setting(
         "4MiB", "execution", "Text per task block (and per part of a longer document); bounds worker memory.",
-        flags=("--block-size",), metavar="SIZE", ge=1)
+        flags=("--block-size",), metavar="SIZE", ge=MIN_BLOCK_BYTES)
     num_out_files: int | None = setting(
         None, "output", "Write N files as ELECTRA names them (pretrain_tfrecords/pretrain_data.tfrecord-I-of-N, "
         "examples round-robin) instead of part-* shards. Default: 1000 for --objective electra --reference.",
