@@ -29,7 +29,7 @@ from typing import Annotated, Any, Callable, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticUndefined
 
-from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.errors import ConfigError, url_credentials_message
 
 # one convention: SI prefixes are decimal (1 MB = 10**6 bytes, what `prepare` prints), IEC ones
 # binary (1 MiB = 2**20 bytes); a bare prefix (64M) is the SI one
@@ -301,6 +301,17 @@ class PrepareConfig(BaseModel):
             raise ValueError("--claim and --task-rank/--task-count (array mode) exclude each other")
         if self.claim and self.executor != "local":
             raise ValueError("--claim runs tasks on each worker's own process pool: not with --executor ray")
+        return self
+
+    @model_validator(mode="after")
+    def _check_no_credentials(self) -> "PrepareConfig":
+        """A URL holding a password would be echoed and recorded: refused, quoted redacted."""
+        for s in settings_of(type(self)):
+            value = getattr(self, s.name)
+            for item in value if isinstance(value, list) else [value]:
+                refused = url_credentials_message(item) if isinstance(item, str) else None
+                if refused is not None:
+                    raise ValueError(f"{'INPUT' if s.positional else s.flags[0]}: {refused}")
         return self
 
     @model_validator(mode="before")

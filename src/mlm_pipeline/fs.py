@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 import fsspec
 from fsspec.core import url_to_fs
 
-from mlm_pipeline.errors import InputError
+from mlm_pipeline.errors import InputError, redact_credentials, url_credentials_message
 
 
 _STORAGE_LIBRARIES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google", "urllib3", "requests")
@@ -33,15 +33,18 @@ def storage_error(exc: BaseException) -> str | None:
     for err in chain:
         module = type(err).__module__.split(".", 1)[0]
         if module in _STORAGE_LIBRARIES:
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint"
-            detail = " ".join(str(err).split())
+            endpoint = redact_credentials(os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint")
+            detail = redact_credentials(" ".join(str(err).split()))
             return (f"storage error ({endpoint}): {type(err).__name__}: {detail} (the storage client retried "
                     "before giving up; check the endpoint, network and credentials)")
     return None
 
 
 def get_fs(url: str):
-    """(filesystem, path) for a URL or local path."""
+    """(filesystem, path) for a URL or local path; a URL holding credentials is refused."""
+    refused = url_credentials_message(url)
+    if refused is not None:
+        raise InputError(refused)
     try:
         return url_to_fs(url)
     except ImportError as exc:
