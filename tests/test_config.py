@@ -112,6 +112,29 @@ def test_config_file_errors(tmp_path):
         load_config_file(str(listing))
 
 
+def test_config_files_that_are_not_utf8_or_give_a_key_twice_are_refused_naming_the_file(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("max-seq-length: 64\n# café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"cannot read config file {latin}: 'utf-8' codec can't decode byte 0xe9 "
+                                          r".*\(it must be UTF-8 text\)"):
+        load_config_file(str(latin))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("split-size: 1MiB\nmax-seq-length: 64\nsplit-size: 2MiB\n")
+    with pytest.raises(ConfigError, match=rf"cannot parse config file {twice}: the key 'split-size' is given twice\n"
+                                          r".*line 3, column 1"):
+        load_config_file(str(twice))
+    nested = tmp_path / "nested.yaml"  # under a prepare table too; the same key in two tables is fine
+    nested.write_text("prepare:\n  dupe-factor: 2\n  dupe-factor: 3\nother:\n  dupe-factor: 2\n")
+    with pytest.raises(ConfigError, match="the key 'dupe-factor' is given twice"):
+        load_config_file(str(nested))
+    nested.write_text("prepare:\n  dupe-factor: 2\nother:\n  dupe-factor: 2\n")
+    assert load_config_file(str(nested)) == {"dupe_factor": 2}
+    toml = tmp_path / "twice.toml"  # TOML refuses it itself
+    toml.write_text("dupe-factor = 2\ndupe-factor = 3\n")
+    with pytest.raises(ConfigError, match=rf"cannot parse config file {toml}: .*"):
+        load_config_file(str(toml))
+
+
 def test_setting_refuses_an_unknown_panel():
     with pytest.raises(ValueError, match="unknown help panel 'misc'"):
         setting(1, "misc", "A setting in no panel.")

@@ -496,7 +496,11 @@ def load_config_file(path: str, model: type[BaseModel] = PrepareConfig) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {path}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}" + (" (it must be UTF-8 text)" if
+                                                                       isinstance(exc, UnicodeDecodeError) else "")) from exc
     parse = _toml().loads if p.suffix == ".toml" else _yaml_load
     try:
         data = parse(text)
@@ -519,9 +523,24 @@ def _toml():
 
 
 def _yaml_load(text: str) -> Any:
+    """``yaml.safe_load``, refusing a key given twice in a mapping (YAML would keep the last
+    silently; TOML refuses it itself)."""
     import yaml
 
-    return yaml.safe_load(text) or {}
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # (an unhashable key fails in construct_mapping)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return yaml.load(text, UniqueKeys) or {}
 
 
 def build_config(values: dict, model: type[BaseModel] = PrepareConfig) -> Any:
