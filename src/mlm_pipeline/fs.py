@@ -372,6 +372,16 @@ def remove_write_leftovers(url: str) -> int:
     return removed
 
 
+def naming(exc: OSError, path: str) -> OSError:
+    """``exc`` with ``path`` as its file name when it names none (a write that fills the disk
+    raises ``[Errno 28] No space left on device`` naming no file); else ``exc`` itself."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    named = OSError(exc.errno, exc.strerror, path)  # (the errno's subclass: OSError picks it)
+    named.__cause__ = exc
+    return named
+
+
 def atomic_write_bytes(url: str, data: bytes) -> None:
     """Make ``data`` appear at ``url`` all at once or not at all.
 
@@ -390,6 +400,8 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except OSError as exc:
+            raise naming(exc, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
