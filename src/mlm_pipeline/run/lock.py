@@ -12,6 +12,7 @@ told apart only by ``--claim``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -48,7 +49,12 @@ class RunLock:
             raise OutputError(f"cannot write to output {self.output}: {exc.strerror or exc}") from exc
         path = layout.lock_path(directory)
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            except OSError as exc:  # a read-only output (a mount, no write permission): nothing here can be
+                if exc.errno not in _READ_ONLY:  # written, by this process or through it; what reads it (a
+                    raise  # complete run reported as such) needs no lock, and a write fails naming the file
+                return self
             try:
                 _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BlockingIOError:
@@ -99,6 +105,8 @@ class RunLock:
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
 
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 LOCK_TRIES = 10  # 50 ms apart: the last shared holder out holds the lock whole for a moment
 
