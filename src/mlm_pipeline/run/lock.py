@@ -51,10 +51,14 @@ class RunLock:
         while True:
             try:
                 fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-            except OSError as exc:  # a read-only output (a mount, no write permission): nothing here can be
-                if exc.errno not in _READ_ONLY:  # written, by this process or through it; what reads it (a
-                    raise  # complete run reported as such) needs no lock, and a write fails naming the file
-                return self
+            except OSError as exc:
+                # an output this process cannot write to (a read-only mount, a directory without write
+                # permission): nothing can be written there through it, so reading it (a complete run
+                # reported as such) needs no lock, and a write fails naming its file
+                if exc.errno == errno.EROFS or (exc.errno in (errno.EACCES, errno.EPERM)
+                                                and not os.access(directory, os.W_OK)):
+                    return self
+                raise
             try:
                 _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BlockingIOError:
@@ -105,8 +109,6 @@ class RunLock:
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
 
-
-_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 LOCK_TRIES = 10  # 50 ms apart: the last shared holder out holds the lock whole for a moment
 
