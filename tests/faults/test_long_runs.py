@@ -20,6 +20,8 @@ import pytest
 
 from faults.helpers import SAMPLE, VOCAB
 
+pytestmark = pytest.mark.slow  # four runs of 5-30 s
+
 PEAK_RSS_LIMIT_MB = 500
 
 # runs a command and prints its peak RSS in KB (Linux: ru_maxrss of the waited-for children)
