@@ -29,8 +29,8 @@ from typer.core import TyperCommand, TyperGroup
 from mlm_pipeline import __version__
 from mlm_pipeline.config import (PANELS, PrepareConfig, Setting, build_config, load_config_file, note_google_spelling,
                                  settings_of)
-from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, TaskFailed,
-                                 Terminated, TokenizerError)
+from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, PipelineError,
+                                 TaskFailed, Terminated, TokenizerError, redact_credentials)
 
 
 class _PlainHelpSwitch:
@@ -72,7 +72,7 @@ app = typer.Typer(
 
 
 def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    typer.secho(f"error: {redact_credentials(message)}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
 
 
@@ -600,14 +600,14 @@ def main() -> None:
             _stdout_gone()
         except typer.Exit:
             sys.exit(0)
-    except Exception as exc:  # an object store unreachable (botocore's errors are not OSErrors)
-        from mlm_pipeline.fs import storage_error
+    except Exception as exc:  # a user error no command caught (exit 2); an object store unreachable (botocore's
+        from mlm_pipeline.fs import storage_error  # errors are not OSErrors; exit 1)
 
-        message = storage_error(exc)
+        message, code = (str(exc), 2) if isinstance(exc, PipelineError) else (storage_error(exc), 1)
         if message is None:
             raise
-        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-        sys.exit(1)
+        typer.secho(f"error: {redact_credentials(message)}", fg=typer.colors.RED, err=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

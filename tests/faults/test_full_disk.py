@@ -7,6 +7,7 @@ the machine does not allow it, this case alone is skipped, saying why.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -40,7 +41,8 @@ def test_a_full_disk_fails_cleanly_and_the_rerun_completes(corpus, clean_run, sm
     cmd = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", *prepare_args(corpus, out)]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert first.returncode == 1, first.stderr
-    assert "No space left on device" in first.stderr
+    # naming the file being written (the shard's temporary file); the error alone named none
+    assert re.search(r"No space left on device: '[^']*/out/_tmp/[^']+\.partial'", first.stderr), first.stderr
     assert "Traceback" not in first.stderr
     assert "fix the cause and run the same command again" in first.stderr
     assert not (out / "manifest.json").exists()
@@ -82,3 +84,20 @@ def test_vocab_on_a_full_disk_writes_no_file_half_and_the_rerun_completes(small_
     for name in ("tokenizer.json", "vocab.txt"):
         assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
     tally.record("vocab on a full disk, then space freed")
+
+
+def test_a_run_file_that_does_not_fit_is_named(small_disk):
+    """Markers, ``_plan.json``, ``_run.json`` and the manifest are written by one function: a full
+    disk there names the file too, and leaves no temporary file."""
+    from mlm_pipeline import fs
+
+    with open(small_disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    with pytest.raises(OSError, match=rf"No space left on device: '{re.escape(str(small_disk))}/_tasks/00003.json'"):
+        fs.atomic_write_bytes(str(small_disk / "_tasks" / "00003.json"), b"{}" * 10_000)
+    assert list((small_disk / "_tasks").iterdir()) == []

@@ -36,6 +36,7 @@ from mlm_pipeline.tokenize.google_rules import (
     electra_tokenizer,
     read_google_vocab,
 )
+from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
 
 log = logging.getLogger("mlm_pipeline")
@@ -399,10 +400,12 @@ class TextTokenizer:
         return self.checked.info
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
+        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials).
+        A text over ``LONG_TEXT_CHARS`` is encoded in pieces (``long_texts``), so memory stays
+        bounded whatever a line holds."""
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        return self.checked.encode_batch(self._preprocess(texts))
+        return encode_cut(self.checked.encode_batch, self._preprocess(texts))
 
     def _preprocess(self, texts: list[str]) -> list[str]:
         """What the text rules do in Python before any backend: ELECTRA's case and accents,
