@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import time
