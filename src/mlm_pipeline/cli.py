@@ -476,6 +476,7 @@ def report(
 
 @_command
 def train(
+    ctx: typer.Context,
     data_dir: str = typer.Argument(..., help="A prepared output directory or URL (with manifest.json): TFRecord or Parquet shards."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps to run (the data loops over epochs as needed)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Instances per step."),
@@ -495,7 +496,7 @@ def train(
     num_workers: int = typer.Option(0, "--num-workers", help="DataLoader worker processes (0: load in the training process)."),
     shuffle_buffer: int = typer.Option(10_000, "--shuffle-buffer", help="Instances per shuffle window (also the loader's memory bound per worker)."),
     save_every: int = typer.Option(0, "--save-every", help="Also write checkpoints/step=N.ckpt every N steps (0: only checkpoints/last.ckpt at the end)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer and data position (mid-epoch) up to --steps."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer, data position (mid-epoch) and random state up to --steps. SIGTERM stops a run after its step, saves checkpoints/step=N.ckpt and prints the command that continues from it (exit 143)."),
     overwrite_output_dir: bool = typer.Option(False, "--overwrite-output-dir", metavar="", help="Replace another run's checkpoints in --output-dir, or those after the step --resume goes back to (without it, such a directory is refused)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer (default: the one recorded in the manifest)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's choice; 1 on a shared machine)."),
@@ -506,6 +507,7 @@ def train(
     positions only. Example: mlm-pipeline train out/ --steps 300 --batch-size 32 -o runs/tiny
     """
     try:
+        from mlm_pipeline.torch.checkpoint import resume_command
         from mlm_pipeline.torch.train import TrainConfig
         from mlm_pipeline.torch.train import main as train_main
     except ImportError as exc:
@@ -520,6 +522,8 @@ def train(
         summary = train_main(config)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
+    except Terminated as exc:  # SIGTERM: a checkpoint saved (mlm_pipeline.torch.checkpoint)
+        _fail(f"{exc}; continue with:\n  {resume_command(ctx.command.params, ctx.params, exc.checkpoint)}", 143)
     typer.echo(
         f"{summary['steps_run']} steps in {summary['seconds']:.1f}s; MLM loss on fixed batches "
         f"{summary['eval_mlm_loss_before']:.3f} -> {summary['eval_mlm_loss_after']:.3f}; "
