@@ -237,3 +237,13 @@ def test_create_group_prints_the_command_that_removes_the_group_and_its_template
         assert argv[0][argv[0].index("--auto-scaling-group-name") + 1] == "mlm-run-7"
         assert argv[1][argv[1].index("--launch-template-name") + 1] == "mlm-run-7"
         assert all(a[a.index("--region") + 1] == "us-east-2" for a in argv)
+
+
+def test_the_docs_say_when_a_vm_leaves_as_the_code_does():
+    """A claim worker exits 0 only once every task is complete: it waits for the tasks other
+    workers hold (tests/executors/test_claim_waits.py), not just until they are claimed."""
+    docs = " ".join((REPO / "docs" / "cloud.md").read_text().split())
+    assert "claimed by a live VM" not in docs
+    assert "It exits 0 only once every task of the run is complete: a VM with nothing left to claim waits" in docs
+    for script in (GCP_DIR / "startup.sh", AWS_DIR / "startup.sh"):
+        assert "which it does only once every task of the run is complete" in script.read_text()
