@@ -438,12 +438,13 @@ class VM:
             raise AssertionError(f"VM {self.name} still running after {timeout}s:\n{self.output()}") from None
 
     def kill(self) -> None:
-        """The VM dies: SIGKILL to the script and everything it started."""
+        """The VM dies: SIGKILL to the script and everything it started (also what outlived the
+        script: its lifetime watchdog sleeps on after a script that exits leaving the VM up)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
 
     def stop(self) -> None:
