@@ -77,7 +77,7 @@ denied() {
 # check_roles: the instance profile's role may terminate instances of the group and, on AWS S3,
 # read and write the output bucket
 check_roles() {
-  local role account bucket=${OUTPUT#s3://} no=() more=()
+  local role account bucket=${OUTPUT#s3://} no=() more=() found
   bucket=${bucket%%/*}
   role=$(aws iam get-instance-profile --instance-profile-name "$INSTANCE_PROFILE" \
     --query 'InstanceProfile.Roles[0].Arn' --output text) || return 1
@@ -86,13 +86,15 @@ check_roles() {
     return 1
   fi
   account=$(cut -d: -f5 <<<"$role")
-  read -r -a no <<<"$(denied "$role" \
-    "arn:aws:autoscaling:$REGION:$account:autoScalingGroup:*:autoScalingGroupName/$GROUP" \
-    autoscaling:TerminateInstanceInAutoScalingGroup)"
+  found=$(denied "$role" "arn:aws:autoscaling:$REGION:$account:autoScalingGroup:*:autoScalingGroupName/$GROUP" \
+    autoscaling:TerminateInstanceInAutoScalingGroup) || return 1
+  read -r -a no <<<"$found"
   if [ -z "$S3_ENDPOINT_URL" ] && [[ $OUTPUT == s3://* ]]; then
-    read -r -a more <<<"$(denied "$role" "arn:aws:s3:::$bucket/*" s3:GetObject s3:PutObject s3:DeleteObject)"
+    found=$(denied "$role" "arn:aws:s3:::$bucket/*" s3:GetObject s3:PutObject s3:DeleteObject) || return 1
+    read -r -a more <<<"$found"
     no+=("${more[@]}")
-    read -r -a more <<<"$(denied "$role" "arn:aws:s3:::$bucket" s3:ListBucket)"
+    found=$(denied "$role" "arn:aws:s3:::$bucket" s3:ListBucket) || return 1
+    read -r -a more <<<"$found"
     no+=("${more[@]}")
   fi
   if [ "${#no[@]}" -gt 0 ]; then

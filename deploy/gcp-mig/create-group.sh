@@ -85,18 +85,19 @@ trap 'rm -rf "$work"' EXIT
 # that lets it delete VMs of the group and one that lets it read and write the bucket
 # (predefined roles by name, custom roles by their permissions)
 check_roles() {
-  local project=$PROJECT bucket=${OUTPUT#gs://} role i=0
+  local project=$PROJECT bucket=${OUTPUT#gs://} custom role i=0
   bucket=${bucket%%/*}
-  [ -n "$project" ] || project=$(gcloud config get-value project 2>/dev/null)
-  gcloud projects get-iam-policy "$project" --format=json >"$work/project.json"
+  [ -n "$project" ] || project=$(gcloud config get-value project 2>/dev/null) || return 1
+  gcloud projects get-iam-policy "$project" --format=json >"$work/project.json" || return 1
   if [[ $OUTPUT == gs://* ]]; then
-    gcloud storage buckets get-iam-policy "gs://$bucket" --format=json >"$work/bucket.json"
+    gcloud storage buckets get-iam-policy "gs://$bucket" --format=json >"$work/bucket.json" || return 1
   else
     echo '{}' >"$work/bucket.json"
   fi
-  for role in $(roles custom); do
+  custom=$(roles custom) || return 1
+  for role in $custom; do
     i=$((i + 1))
-    gcloud iam roles describe "$role" --format=json >"$work/role-$i.json"
+    gcloud iam roles describe "$role" --format=json >"$work/role-$i.json" || return 1
   done
   roles check "$OUTPUT" "$project"
 }

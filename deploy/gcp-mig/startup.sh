@@ -15,7 +15,7 @@
 # A prepare that fails otherwise or is killed leaves the VM in its group: the tasks it held are
 # taken over by the other VMs when their leases expire, and its log in the bucket says what
 # happened. Whatever happens, a VM leaves its group (log uploaded first) mlm-max-hours after its
-# script started. Metadata reads, downloads, the install, the upload and leaving the group are
+# script read its settings. Metadata reads, downloads, the install, the upload and leaving the group are
 # retried with exponential backoff; a prepare that exits 1 (storage error, failed task) is rerun
 # (it resumes).
 #
