@@ -7,6 +7,9 @@ Google's own spellings (``--max_seq_length=128``, ``--do_lower_case=True``, ``--
 work as written. User errors print one clear message and exit 2 (so does a task failed by its
 input or tokenizer; another failed task exits 1); Ctrl-C exits 130 (SIGTERM: 143) and the next
 identical command resumes. Help text is escaped for rich: ``[torch]`` or ``[CLS]`` show as written.
+
+Why one module: it is the one typer app; its commands share the helpers that give every command
+the same help, error lines and exit codes, and each is a thin parse -> call of the API.
 """
 
 from __future__ import annotations
@@ -265,13 +268,13 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     settings = sorted(settings_of(model), key=lambda s: PANELS.index(s.panel))
     action = action or _run_prepare
 
-    def prepare(ctx: typer.Context, config_file: Optional[Path], **values) -> None:
+    def prepare(ctx: typer.Context, config_file: Optional[Path], dry_run: bool, **values) -> None:
         given = {k: v for k, v in values.items() if ctx.get_parameter_source(k).name != "DEFAULT"}
         try:
             config = build_config(prepare_values(model, given, config_file), model)
         except (ConfigError, ValueError) as exc:
             _fail(str(exc))
-        action(config)
+        _run_prepare(config, dry_run=True) if dry_run else action(config)
 
     config_option = typer.Option(
         None, "--config", metavar="FILE", show_default=False,
@@ -280,6 +283,8 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     prepare.__signature__ = Signature([
         Parameter("ctx", Parameter.KEYWORD_ONLY, annotation=typer.Context),
         Parameter("config_file", Parameter.KEYWORD_ONLY, default=config_option, annotation=Optional[Path]),
+        Parameter("dry_run", Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(False, "--dry-run", metavar="",
+                  help="Check the settings, tokenizer and inputs and print the plan; write nothing.")),
         *(_parameter(s) for s in settings),
     ])
     command_class = type("PrepareCommand", (PrepareCommand,), {"settings_model": model})
@@ -287,10 +292,10 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     app.command("prepare", cls=command_class, help=help_text, no_args_is_help=True)(prepare)
 
 
-def _run_prepare(config) -> None:
-    """Run the pipeline for ``config`` and print its summary; user errors exit 2, a failed task 1."""
-    from mlm_pipeline.pipeline import run_prepare
-    from mlm_pipeline.report import render_summary
+def _run_prepare(config, dry_run: bool = False) -> None:
+    """Run the pipeline for ``config`` and print its summary (``dry_run``: its plan); user errors exit 2, a failed task 1."""
+    from mlm_pipeline.pipeline import plan_prepare, run_prepare
+    from mlm_pipeline.report import render_plan, render_summary
 
     from mlm_pipeline.environment import configure_process
 
@@ -298,6 +303,8 @@ def _run_prepare(config) -> None:
     _stop_on_sigterm()
     try:
         started = time.time()
+        if dry_run:
+            return typer.echo(render_plan(plan_prepare(config), config.output))
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))

@@ -74,6 +74,17 @@ def prepare(config: PrepareConfig | dict | None = None, /, *, show_progress: boo
     return run_prepare(build_config(values), show_progress=show_progress)
 
 
+def plan_prepare(config: PrepareConfig) -> dict:
+    """``prepare --dry-run``: what a run checks before its first task (the settings, the tokenizer,
+    the inputs: a bad one fails here as it would on every worker) and the tasks it would run.
+    Nothing is written and the output is not read; returns ``tasks``, ``input_bytes``,
+    ``split_bytes``, ``files`` and ``skipped_files`` (as the manifest names them)."""
+    configure_process(config.s3_endpoint_url)
+    plan = start_run(config, dry_run=True).plan
+    return {"tasks": len(plan.tasks), "input_bytes": plan.input_bytes, "split_bytes": plan.split_bytes,
+            "files": plan.files, "skipped_files": plan.skipped_files}
+
+
 def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
     """Run (or resume) ``prepare``; returns the manifest.
 

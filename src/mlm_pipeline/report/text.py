@@ -55,6 +55,23 @@ def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
     return "\n".join(lines)
 
 
+PLANNED_FILES = 10
+"""Input files a dry run's plan names; the rest are counted."""
+
+
+def render_plan(plan: dict, output: str) -> str:
+    """What ``prepare --dry-run`` found (:func:`~mlm_pipeline.pipeline.plan_prepare`)."""
+    files = plan["files"]
+    lines = [f"plan: {plan['tasks']} task(s), {plan['input_bytes']:,} bytes in {len(files)} input file(s) "
+             f"(split size {plan['split_bytes']:,} bytes); {len(plan['skipped_files'])} file(s) skipped"]
+    lines += [f"  {f['path']}  {f['bytes']:,} bytes, {f['format']}, {f['pieces']} piece(s)"
+              for f in files[:PLANNED_FILES]]
+    if len(files) > PLANNED_FILES:
+        lines.append(f"  ... and {len(files) - PLANNED_FILES} more")
+    lines.append(f"dry run: nothing written; without --dry-run the run writes into {output}")
+    return "\n".join(lines)
+
+
 UNTRACKED = "not tracked in reference mode"
 
 
