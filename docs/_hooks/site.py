@@ -43,6 +43,21 @@ def _cell(text: str) -> str:
     return text.replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
+def _description(help_text: str) -> str:
+    """A command's help (rich markup, paragraphs) as Markdown: an ``Example:`` paragraph as a
+    command block, the others as prose with nothing but their backticks read as markup."""
+    from rich.text import Text
+
+    out = []
+    for paragraph in Text.from_markup(help_text or "").plain.split("\n\n"):
+        paragraph = " ".join(paragraph.split())
+        if paragraph.startswith("Example: "):
+            out.append("Example:\n\n```bash\n" + paragraph.removeprefix("Example: ") + "\n```")
+        elif paragraph:
+            out.append(paragraph.replace("*", "\\*").replace("<", "&lt;").replace(">", "&gt;"))
+    return "\n\n".join(out)
+
+
 def _code(text: str) -> str:
     return f"`{text}`" if text else ""
 
@@ -59,7 +74,7 @@ def cli_reference() -> str:
 
     group = typer.main.get_command(app)
     ctx = click.Context(group, info_name="mlm-pipeline")
-    out = ["## `mlm-pipeline`", "", _cell(group.help or ""), "", "| option | meaning |", "|---|---|"]
+    out = ["## `mlm-pipeline`", "", _description(group.help), "", "| option | meaning |", "|---|---|"]
     out += [f"| {_code(flag)} | {_cell(help_text)} |" for flag, help_text in
             (param_row(ctx, p) for p in group.get_params(ctx) if p.name != "help")]
     out.append("")
@@ -68,7 +83,7 @@ def cli_reference() -> str:
     for name, command in group.commands.items():
         sub = click.Context(command, info_name=name, parent=ctx)
         params = [p for p in command.get_params(sub) if p.name != "help" and not getattr(p, "hidden", False)]
-        out += [f"## `mlm-pipeline {name}`", "", _cell(command.help or ""), ""]
+        out += [f"## `mlm-pipeline {name}`", "", _description(command.help), ""]
         if name == "prepare":
             out += [
                 "Each setting is a field of `PrepareConfig`: a flag here, a key of a `--config` file "
