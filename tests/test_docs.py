@@ -15,8 +15,9 @@ import pytest
 from conftest import REPO
 from mlm_pipeline.config import PrepareConfig, settings_of
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SHIPPED_TEXT = [*DOCS, REPO / "sample" / "README.md", REPO / "tests" / "data" / "README.md",
+                REPO / "mkdocs.yml", *sorted((REPO / "docs").rglob("*.py")),
                 *sorted((REPO / "benchmarks").glob("*.py")), *sorted((REPO / "benchmarks" / "results").glob("*.json")),
                 *sorted(p for p in (REPO / "deploy").rglob("*") if p.is_file()),
                 *sorted((REPO / "scripts").glob("*"))]
@@ -44,8 +45,9 @@ VALUE_FLAGS = {f for s in settings_of(PrepareConfig) if s.value_type is not bool
 
 
 def prepare_invocations() -> list[tuple[str, list[str], str]]:
-    """(where, inputs, output) of every `mlm-pipeline prepare` in the README and the quickstart."""
-    sources = [("README.md", block) for block in code_blocks(REPO / "README.md")]
+    """(where, inputs, output) of every `mlm-pipeline prepare` in the README, the getting-started page
+    (whose blocks run in the same clone after the README's) and the quickstart."""
+    sources = [(page, block) for page in ("README.md", "docs/getting-started.md") for block in code_blocks(REPO / page)]
     sources.append(("scripts/quickstart.sh", (REPO / "scripts" / "quickstart.sh").read_text()))
     found = []
     for where, text in sources:
@@ -74,7 +76,7 @@ def prepare_invocations() -> list[tuple[str, list[str], str]]:
 def test_readme_examples_that_run_from_a_clone_write_separate_outputs():
     runnable = [(w, i, o, r) for w, i, o, r in prepare_invocations()
                 if i and all((REPO / p).exists() for p in i) and o]
-    assert len(runnable) >= 2  # the quickstart and the training example at least
+    assert len(runnable) >= 6  # the quickstart, the five users' examples and the first run at least
     seen: dict[str, tuple] = {}
     for where, inputs, output, rest in runnable:
         key = output.rstrip("/").removeprefix("./")
@@ -189,8 +191,22 @@ def test_reference_mode_memory_claim_matches_its_measurement():
         result = json.loads((REPO / "benchmarks" / "results" / f"reference-memory-{size}MB.json").read_text())
         rss[size] = result["sizes"][f"{size}MB"]["variants"]["ref-d1"]["peak_rss_mb"]
     slope = (rss[30] - rss[10]) / 20
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "objectives.md").read_text(encoding="utf-8")  # where `--reference` is described
     claimed = float(re.search(r"about\s+([\d.]+)\s+MB\s+of\s+RAM\s+per\s+MB\s+of\s+text", readme).group(1))
     assert abs(claimed - slope) <= 0.5, (claimed, slope)
     flat = " ".join(readme.split())
     assert f"peak RSS {rss[10]:.0f} MB for 10 MB" in flat and f"{rss[30]:.0f} MB for 30 MB" in flat
+
+
+def test_readme_is_a_short_front_door_with_its_two_commands():
+    """The README is what a newcomer reads in five minutes: the two commands as they always were,
+    an example per kind of user, the results, and links into the documentation site."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "<!-- readme-test: writes out/manifest.json -->\n```bash\nbash scripts/quickstart.sh\n```" in text
+    assert "<!-- readme-test: skip (the whole test suite, of which the README test is part) -->\n```bash\n" \
+        "bash scripts/test.sh\n```" in text
+    for example in ("--input_file=", ".xml.bz2", "--objective electra", "MLMDataset", "--claim"):
+        assert example in text, example
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", text))
+    assert linked == {p.name for p in (REPO / "docs").glob("*.md")}, "every page linked, and only pages that exist"

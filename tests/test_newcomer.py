@@ -1,8 +1,9 @@
 """A newcomer's path, as a test: build the wheel, install it into a fresh environment, and run
-every command block of the README in a copy of the repository.
+every command block of the README and of the getting-started page in a copy of the repository.
 
-Every ```bash block of README.md runs, in order, in one copy of the repository (so a block may use
-what an earlier one wrote), with the fresh environment's ``bin/`` first on ``PATH``. An HTML comment
+Every ```bash block of README.md, then of docs/getting-started.md, runs, in order, in one copy of
+the repository (so a block may use what an earlier one wrote), with the fresh environment's
+``bin/`` first on ``PATH``. An HTML comment
 on the line before a block says more about it:
 
 * ``<!-- readme-test: skip (REASON) -->``: not run (placeholders, a cluster, minutes of training),
@@ -32,6 +33,7 @@ import pytest
 from conftest import REPO
 
 README = REPO / "README.md"
+PAGES = ("README.md", "docs/getting-started.md")  # the pages whose command blocks run, in this order
 MARK = re.compile(r"<!--\s*readme-test:\s*(skip|writes)\b\s*(.*?)\s*-->")
 OUTPUT_FLAGS = ("-o", "--output", "--html", "--png")
 
@@ -82,6 +84,9 @@ def test_readme_blocks_parse_with_their_marks():
     run = [b for b in blocks if b.skip is None]
     assert any("quickstart" in b.code for b in run) and any("report" in b.code for b in run)
     assert all(b.skip != "no reason given" for b in blocks)
+    started = readme_blocks((REPO / "docs" / "getting-started.md").read_text())
+    assert sum(b.skip is None for b in started) >= 3 and all(b.skip != "no reason given" for b in started)
+    assert any("inspect" in b.code for b in started if b.skip is None)
     assert named_outputs("mlm-pipeline report out --html r.html --png pngs  # x\nmlm-pipeline report out --json > r.json") == \
         ["r.html", "pngs", "r.json"]
 
@@ -140,24 +145,26 @@ def test_newcomer_path_wheel_then_every_readme_block(tmp_path):
     version = subprocess.run(["mlm-pipeline", "--version"], capture_output=True, text=True, env=env, check=True)
     assert "0.1.0" in version.stdout
 
-    ran = 0
-    for block in readme_blocks((clone / "README.md").read_text()):
-        if block.skip:
-            continue
-        proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.code], cwd=clone, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, (f"README.md line {block.line}: exit {proc.returncode}\n{block.code}\n"
-                                      f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-        assert "Traceback" not in proc.stderr, proc.stderr
-        for path in [*block.writes, *named_outputs(block.code)]:
-            target = clone / path
-            assert target.exists(), f"README.md line {block.line} should write {path}"
-            if target.is_dir():
-                assert any(target.iterdir()), f"README.md line {block.line}: {path} is empty"
-            else:
-                assert target.stat().st_size > 0, f"README.md line {block.line}: {path} is empty"
-        ran += 1
-    assert ran >= 2
+    ran = {page: 0 for page in PAGES}
+    for page in PAGES:
+        for block in readme_blocks((clone / page).read_text()):
+            if block.skip:
+                continue
+            where = f"{page} line {block.line}"
+            proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.code], cwd=clone, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, (f"{where}: exit {proc.returncode}\n{block.code}\n"
+                                          f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            assert "Traceback" not in proc.stderr, proc.stderr
+            for path in [*block.writes, *named_outputs(block.code)]:
+                target = clone / path
+                assert target.exists(), f"{where} should write {path}"
+                if target.is_dir():
+                    assert any(target.iterdir()), f"{where}: {path} is empty"
+                else:
+                    assert target.stat().st_size > 0, f"{where}: {path} is empty"
+            ran[page] += 1
+    assert ran["README.md"] >= 6 and ran["docs/getting-started.md"] >= 3, ran
 
 
 @pytest.mark.slow
