@@ -158,6 +158,8 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
         if arg == "--":
             out += [arg, *rest]
             break
+        if _refused_google_flag(arg, rest):
+            continue
         s, value = _google_flag(arg, google)
         if s is None:
             out.append(arg)
@@ -179,6 +181,28 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
 _TRUE, _FALSE = {"true", "t", "1", "yes", "y"}, {"false", "f", "0", "no", "n"}
 
 _SHARD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr", ".record", ".parquet")
+
+
+def _refused_google_flag(arg: str, rest) -> bool:
+    """ALBERT's flags with no setting here: harmless values are dropped (True), others refused.
+    ``--do_permutation`` (ALBERT's permuted-token option, off by default) is not implemented;
+    ``--input_file_mode`` other than ``r`` (text) changes nothing ALBERT documents."""
+    name, eq, value = arg.removeprefix("--").partition("=")
+    if not arg.startswith("--"):
+        return False
+    if name in ("do_permutation", "nodo_permutation"):
+        on = name == "do_permutation" and (not eq or value.strip().lower() in _TRUE)
+        if on:
+            raise typer.BadParameter("--do_permutation (ALBERT's permuted-token targets) is not implemented: leave "
+                                     "it out (ALBERT's default is False); the examples are otherwise ALBERT's")
+        return True
+    if name == "input_file_mode":
+        if not eq and (value := next(rest, None)) is None:
+            raise typer.BadParameter(f"{arg} needs a value")
+        if value.strip() not in ("r", "rb"):
+            raise typer.BadParameter(f"--input_file_mode={value}: input files are read as text (ALBERT's default r)")
+        return True
+    return False
 
 
 def _google_output(value: str) -> None:

@@ -164,6 +164,9 @@ class PrepareConfig(BaseModel):
         ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
         "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
+    spm_model_file: str | None = setting(
+        None, "tokenizer", "ALBERT's SentencePiece .model, in place of --tokenizer.",
+        google="spm_model_file", metavar="PATH", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
         "auto", "tokenizer", "Encoder: auto, the fastest installed one that gives HF's ids exactly (checked), or "
         "hf. Output never depends on it.",
@@ -207,15 +210,16 @@ class PrepareConfig(BaseModel):
         False, "input", "Wikipedia dump: keep table captions and cell text.")
 
     objective: ObjectiveName = setting(
-        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. packed: RoBERTa full "
-        "sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, masked in training.",
+        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "
+        "packed: RoBERTa full sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, "
+        "masked in training.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
         None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
         "Default: the objective's (none for tokens and electra, else static).")
     reference: bool = setting(
         False, "instances", "Reproduce the objective's reference script exactly (Google's "
-        "create_pretraining_data.py, ELECTRA's build_pretraining_dataset.py). Slower.")
+        "create_pretraining_data.py, ALBERT's, ELECTRA's build_pretraining_dataset.py). Slower.")
     max_seq_length: int = setting(
         128, "instances", "Tokens per instance, [CLS] and [SEP] included.", google="max_seq_length", ge=8, le=8192)
     max_predictions_per_seq: int = setting(
@@ -233,7 +237,17 @@ class PrepareConfig(BaseModel):
         12345, "instances", "Global seed; each task derives its own, so output never depends on the worker count.",
         google="random_seed")
     do_whole_word_mask: bool = setting(
-        False, "masking", "Mask a word and its ## pieces together.", google="do_whole_word_mask")
+        False, "masking", "Mask a word and its ## pieces together (sop: on unless turned off).",
+        google="do_whole_word_mask")
+    random_next_sentence: bool = setting(
+        False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
+        google="random_next_sentence")
+    ngram: int = setting(
+        3, "masking", "sop: longest n-gram of words masked, P(n) ~ 1/n.",
+        google="ngram", ge=1, le=64)
+    favor_shorter_ngram: bool = setting(
+        True, "masking", "sop: P(n) ~ 1/n, else 1/(N + 1 - n).",
+        google="favor_shorter_ngram")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
@@ -316,6 +330,17 @@ class PrepareConfig(BaseModel):
                 ref = get_objective(name).reference if name in objective_names() else None
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
+            from mlm_pipeline.instances import get_objective, objective_names
+
+            name = data.get("objective", "nsp")
+            if name in objective_names():  # settings whose default is the objective's (sop: whole words)
+                for key, value in get_objective(name).setting_defaults.items():
+                    if data.get(key) is None:
+                        data[key] = value
+            if data.get("spm_model_file"):  # ALBERT's: the SentencePiece model is the tokenizer
+                data["tokenizer"] = data["spm_model_file"]
+                if "://" not in data["spm_model_file"]:
+                    data["spm_model_file"] = os.path.abspath(data["spm_model_file"])
             tok = data.get("tokenizer")
             if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
@@ -343,6 +368,9 @@ class PrepareConfig(BaseModel):
                              f"not {self.format}")
         from mlm_pipeline.instances import get_objective
 
+        if self.random_next_sentence and self.objective != "sop":
+            raise ValueError(f"--random-next-sentence chooses ALBERT's variant of --objective sop; "
+                             f"--objective {self.objective} does not use it")
         check = get_objective(self.objective).check
         if check is not None:
             check(self)

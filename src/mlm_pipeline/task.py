@@ -154,7 +154,9 @@ def _process_block(
     batch, counts = get_objective(config.objective).build(docs, BuildContext(config, tok, rng))
     mask_stats = {}
     if config.masking == "static":
+        built = batch
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
+        batch.token_boundary = built.token_boundary  # (sop's; masking keeps every row's length)
         mask_stats = masked.to_dict()
     block_stats.add(batch, counts, mask_stats, len(docs.ids))
     sink.write(batch)

@@ -12,7 +12,7 @@ A builder must be a pure function of ``(docs, ctx)``: every random draw comes fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -122,6 +122,8 @@ class Objective:
     ``ValueError`` for settings the objective cannot work with (run as part of config validation).
     ``load_masking``: how the torch loader masks its unmasked outputs: ``dynamic`` (BERT's
     80/10/10) or ``electra`` (ELECTRA's: with replacement, 85% ``[MASK]``, no random tokens).
+    ``setting_defaults``: settings whose default is this objective's when a run does not give
+    them (``sop``: whole-word masking, as ALBERT's script).
     """
 
     name: str
@@ -134,6 +136,7 @@ class Objective:
     tokenizer_flavor: str = "bert"
     check: Callable[[Any], None] | None = None
     load_masking: Literal["dynamic", "electra"] = "dynamic"
+    setting_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""
