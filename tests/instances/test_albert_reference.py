@@ -21,7 +21,7 @@ from mlm_pipeline.tokenize.albert_rules import (
 from instances.golden_tools import ALBERT_FEATURES, describe_first_difference, load_golden
 
 GOLDEN = DATA / "golden" / "albert"
-SPM_MODEL = GOLDEN / "albert-spm-8k.model"
+SPM_MODEL = DATA / "albert-spm-8k.model"
 ZH_EN = DATA / "golden" / "electra" / "zh-en-200KB"
 CASES = {
     "sample_text-s128-seed12345": [SAMPLE / "sample_text.txt"],
