@@ -193,8 +193,8 @@ def _refused_google_flag(arg: str, rest) -> bool:
     if name in ("do_permutation", "nodo_permutation"):
         on = name == "do_permutation" and (not eq or value.strip().lower() in _TRUE)
         if on:
-            raise typer.BadParameter("--do_permutation (ALBERT's permuted-token targets) is not implemented: leave "
-                                     "it out (ALBERT's default is False); the examples are otherwise ALBERT's")
+            raise typer.BadParameter("--do_permutation, ALBERT's permuted-token targets, is not implemented: leave "
+                                     "it out, as ALBERT's default does")
         return True
     if name == "input_file_mode":
         if not eq and (value := next(rest, None)) is None:

@@ -157,3 +157,46 @@ def test_settings_are_validated():
     assert AlbertSettings().ngram_cdf() == [float.fromhex("0x1.1745d1745d175p-1"), float.fromhex("0x1.a2e8ba2e8ba2fp-1"), 1.0]
     assert AlbertSettings(favor_shorter_ngram=False).ngram_cdf()[:2] == [
         float.fromhex("0x1.745d1745d1746p-3"), float.fromhex("0x1.d1745d1745d18p-2")]
+
+
+def _cli(*args, code=0):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", *map(str, args)], capture_output=True,
+                          text=True)
+    assert proc.returncode == code, proc.stderr
+    return proc
+
+
+def test_albert_command_line_as_written(tmp_path):
+    """ALBERT's own flags (as in its README) with --objective sop --reference write the golden's
+    examples, every feature, in order; --do_permutation is refused with the reason."""
+    settings, expected = load_golden(GOLDEN, "sample_text-s128-seed12345", ALBERT_FEATURES)
+    out = tmp_path / "out"
+    _cli(f"--input_file={SAMPLE / 'sample_text.txt'}", f"--output_file={out}", f"--vocab_file={VOCAB}",
+         "--do_lower_case=true", "--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=2",
+         "--random_seed=12345", "--do_whole_word_mask=True", "--ngram=3", "--favor_shorter_ngram=True",
+         "--random_next_sentence=False", "--do_permutation=False", "--objective", "sop", "--reference",
+         "--no-progress")
+    from mlm_pipeline.formats.tfrecord import read_tfrecord_features
+
+    shards = sorted(out.rglob("*.tfrecord"))
+    assert len(shards) == 1
+    features = read_tfrecord_features(str(shards[0]))
+    assert set(features) == set(ALBERT_FEATURES)
+    for name in ALBERT_FEATURES:
+        assert np.array_equal(features[name], expected[name]), name
+    refused = _cli("x.txt", "-o", tmp_path / "no", "-t", VOCAB, "--objective", "sop", "--do_permutation", code=2)
+    assert "--do_permutation" in refused.stderr and "not implemented" in refused.stderr
+
+
+def test_spm_model_file_names_the_tokenizer(tmp_path):
+    from mlm_pipeline.config import build_config
+
+    config = build_config({"inputs": ["a.txt"], "output": "out", "tokenizer": "albert-spm-8k.vocab",
+                           "spm_model_file": str(SPM_MODEL), "objective": "sop", "reference": True})
+    assert config.tokenizer == str(SPM_MODEL) and config.do_whole_word_mask
+    assert not build_config({"inputs": ["a.txt"], "output": "out", "tokenizer": "v.txt"}).do_whole_word_mask
+    with pytest.raises(ConfigError, match="random-next-sentence"):
+        build_config({"inputs": ["a.txt"], "output": "out", "tokenizer": "v.txt", "random_next_sentence": True})
