@@ -187,10 +187,7 @@ def read_albert_corpus(urls: Sequence[str], tokenizer, stats: ReadStats | None =
 
     def flush(prepared: list[str], where: str) -> None:
         nonlocal current
-        if isinstance(tokenizer, _WordPiece):
-            ids, k, lengths = tokenizer.encode(prepared, where)
-        else:
-            ids, k, lengths = tokenizer.encode(prepared)
+        ids, k, lengths = tokenizer.encode(prepared, where)
         tokens.append(ids)
         kinds.append(k)
         sentence_lengths.append(lengths[lengths > 0])

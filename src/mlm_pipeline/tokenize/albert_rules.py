@@ -122,8 +122,9 @@ class AlbertSentencePiece:
             self._codes[piece] = code
         return code
 
-    def encode(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids int32, kinds uint8, per-line lengths int64) of prepared lines, flat."""
+    def encode(self, lines: list[str], where: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids int32, kinds uint8, per-line lengths int64) of prepared lines, flat (``where``, the
+        input's name, is for messages; the library encodes every text)."""
         if not lines:
             return np.zeros(0, np.int32), np.zeros(0, np.uint8), np.zeros(0, np.int64)
         pieces = self.sp.encode(lines, out_type=str)
