@@ -476,13 +476,17 @@ def albert_reference_batches(
         yield batch, counts
 
 
-def spm_model_of(settings) -> str | None:
-    """The SentencePiece model a run names (``--spm_model_file``, or a ``.model`` tokenizer)."""
+def spm_model_of(settings, tokenizer: TextTokenizer | None = None) -> str | None:
+    """The SentencePiece model a run names (``--spm_model_file``, a ``.model`` tokenizer, or the
+    model file of a loaded SentencePiece tokenizer, such as a model directory's)."""
     path = getattr(settings, "spm_model_file", None)
     if path:
         return path
-    tokenizer = str(settings.tokenizer)
-    return tokenizer if tokenizer.endswith(".model") else None
+    model = getattr(tokenizer, "sentencepiece", None)
+    if model is not None:
+        return model.path
+    name = str(settings.tokenizer)
+    return name if name.endswith(".model") else None
 
 
 def albert_settings(config) -> AlbertSettings:
@@ -504,7 +508,7 @@ def albert_settings(config) -> AlbertSettings:
 def build_reference(urls: Sequence[str], ctx: ReferenceContext) -> Iterator[tuple[InstanceBatch, dict]]:
     """The ``sop`` reference mode: every input file, in the order given, as one run of the script."""
     config = ctx.settings
-    model = spm_model_of(config)
+    model = spm_model_of(config, ctx.tokenizer)
     if model is not None:
         tokenizer = AlbertSentencePiece(model, lower=config.do_lower_case)
         import sentencepiece
@@ -518,7 +522,7 @@ def build_reference(urls: Sequence[str], ctx: ReferenceContext) -> Iterator[tupl
 def albert_tokenizer_warning(tokenizer: TextTokenizer) -> str | None:
     """As the BERT reference's for a WordPiece vocab; a SentencePiece model is read by ALBERT's
     own rules (``albert_rules``), whatever the loaded tokenizer."""
-    if str(tokenizer.path).endswith(".model"):
+    if str(tokenizer.path).endswith(".model") or getattr(tokenizer, "sentencepiece", None) is not None:
         return None
     return google_tokenizer_warning(tokenizer)
 

@@ -35,10 +35,12 @@ def boundary_table(tokenizer) -> np.ndarray:
     WordPiece by the ``##`` prefix, a SentencePiece vocabulary (pieces with ``▁``) by ALBERT's
     ``_is_start_piece_sp``, any other by the tokenizer's own continuation marker."""
     strings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
-    if type(tokenizer.tokenizer.model).__name__ == "WordPiece":
-        return (kind_table(strings, wordpiece=True) != 0).astype(np.uint8)
-    if any(t.startswith(UNDERLINE) for t in strings):
-        return (kind_table(strings, wordpiece=False) != 0).astype(np.uint8)
+    model_type = getattr(tokenizer, "model_type", None)  # (wordpiece, sentencepiece, byte-level-bpe)
+    if model_type is None:
+        model_type = ("wordpiece" if type(tokenizer.tokenizer.model).__name__ == "WordPiece"
+                      else "sentencepiece" if any(t.startswith(UNDERLINE) for t in strings) else "other")
+    if model_type in ("wordpiece", "sentencepiece"):
+        return (kind_table(strings, wordpiece=model_type == "wordpiece") != 0).astype(np.uint8)
     return (~np.asarray(tokenizer.is_continuation[: tokenizer.vocab_size], bool)).astype(np.uint8)
 
 
