@@ -305,3 +305,22 @@ def test_a_text_file_without_blank_lines_is_cut_into_block_sized_parts_and_warne
     plain = cli("prepare", WIKITEXT, "-o", tmp_path / "plain", "-t", VOCAB, "--no-progress")
     assert "cut into parts" not in plain.stderr + plain.stdout
     assert "documents_cut" not in json.loads((tmp_path / "plain" / "manifest.json").read_text())["totals"]
+
+
+def test_a_refused_run_leaves_no_directory_it_made(tmp_path):
+    """A missing input, a text file given as the vocabulary, an empty input: the run is refused
+    (exit 2) and the output directory it was to write, parents included, is not left behind; a
+    directory that existed before stays."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    cases = [("/nonexistent/corpus.txt", VOCAB), (SAMPLE_TEXT, SAMPLE_TEXT), (empty, VOCAB)]
+    for i, (corpus, vocab) in enumerate(cases):
+        out = tmp_path / f"new-{i}" / "deeper" / "out"
+        cli("prepare", corpus, "-o", out, "-t", vocab, "--no-progress", check_code=2)
+        assert not (tmp_path / f"new-{i}").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    cli("prepare", empty, "-o", kept, "-t", VOCAB, "--no-progress", check_code=2)
+    assert kept.is_dir() and list(kept.iterdir()) == []
+    cli("prepare", empty, "-o", kept / "out", "-t", VOCAB, "--no-progress", check_code=2)
+    assert list(kept.iterdir()) == []

@@ -368,7 +368,7 @@ def report(
         if fs.is_local(output) and not os.path.exists(output):
             _fail(f"{output}: no such directory")
         _fail(f"no manifest.json in {output} (is the run complete?)")
-    except InspectError as exc:
+    except (InspectError, OutputError) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot read {url}: {exc}")

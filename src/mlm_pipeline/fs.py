@@ -356,17 +356,27 @@ def remove_write_leftovers(url: str) -> int:
     _, path = get_fs(url)
     removed = 0
     try:
-        names = os.listdir(path)
-    except OSError:
+        fd = open_local_dir(path)
+    except OSError:  # absent, or a link (left alone)
         return 0
-    for name in names:
-        if _ATOMIC_TMP in name:
-            try:
-                os.unlink(os.path.join(path, name))
-                removed += 1
-            except OSError:
-                pass
+    try:
+        for name in os.listdir(fd):
+            if _ATOMIC_TMP in name:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    removed += 1
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)
     return removed
+
+
+def open_local_dir(path: str) -> int:
+    """A descriptor of the local directory ``path`` itself, refusing (``OSError``) a symbolic link
+    in its place: cleanups list and delete through it, so that a link planted in an output never
+    makes them delete files elsewhere."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
 
 
 def atomic_write_bytes(url: str, data: bytes) -> None:
@@ -411,8 +421,10 @@ def read_many(urls: list[str], *, batch: int = 256) -> Iterator[bytes | None]:
         return
     if is_local(urls[0]):
         for url in urls:
-            try:
-                with open(url[len("file://"):] if url.startswith("file://") else url, "rb") as f:
+            try:  # never through a link (a marker is a file the run wrote)
+                fd = os.open(url[len("file://"):] if url.startswith("file://") else url,
+                             os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                with open(fd, "rb") as f:
                     yield f.read()
             except OSError:
                 yield None
@@ -503,6 +515,7 @@ __all__ = [
     "listdir",
     "inside",
     "open_head",
+    "open_local_dir",
     "open_url",
     "read_bytes",
     "read_many",

@@ -68,11 +68,12 @@ def _run_of(output: str) -> tuple[dict, OutputFormat, list[str], str | None] | N
     its run record, its shards being those committed so far.
     """
     manifest_url = layout.manifest_url(output)
+    layout.refuse_links(output)
     if fs.exists(manifest_url):
         manifest = read_manifest(output)
         output_format = _named_format(manifest.get("format"), manifest_url)
         paths = [s["path"] for s in manifest.get("shards", [])]
-        shards = [p if "://" in p or p.startswith("/") else fs.join(output, p) for p in paths]
+        shards = [layout.shard_url(output, p) for p in paths]
         return manifest.get("config", {}), output_format, shards, manifest.get("tokenizer_fingerprint")
     run_url = layout.run_url(output)
     if fs.exists(run_url):

@@ -123,13 +123,16 @@ def plan_tasks(config: PrepareConfig) -> Plan:
     usable, skipped = usable_inputs([url for url, _ in listed], config.input_format, options, sizes=dict(listed))
     skipped = unlisted + skipped
     warn_skipped(skipped)
-    # (random-next pairs are the NSP objective's: ELECTRA, packed and tokens have none)
-    paragraph_files = [f for f in usable if f.paragraph_lines] if get_objective(config.objective).has_nsp_labels else []
+    # (objectives that cut a sentence longer than an instance: NSP's pairs, ELECTRA's examples)
+    objective = get_objective(config.objective)
+    paragraph_files = [f for f in usable if f.paragraph_lines] if objective.cuts_long_sentences else []
     if paragraph_files:
         first = paragraph_files[0]
+        cost = ("most pairs would be random-next and long lines truncated" if objective.has_nsp_labels else
+                "the tokens of a line past what fits in an example would be dropped")
         log.warning("%d of %d text inputs look like a paragraph per line (%s: %s); each line is taken as one "
-                    "sentence, so most pairs would be random-next: --sentence-split splits lines into sentences",
-                    len(paragraph_files), sum(f.fmt == "text" for f in usable), first.url, first.paragraph_lines)
+                    "sentence, so %s: --sentence-split splits lines into sentences",
+                    len(paragraph_files), sum(f.fmt == "text" for f in usable), first.url, first.paragraph_lines, cost)
     wikitext_files = [f for f in usable if f.wikitext_like]
     if wikitext_files:
         log.warning("%d text input(s) look like WikiText-2/-103 files (%s starts with an article title); "

@@ -168,8 +168,7 @@ def verify_output(output: str, *, check: str = "sha256", threads: int = 4) -> Ve
     def one(entry: dict) -> tuple[dict, str | None]:
         if entry.get("unreadable_marker"):
             return entry, f"task marker {entry['unreadable_marker']}"
-        path = entry["path"]
-        url = path if "://" in path or path.startswith("/") else fs.join(output, path)
+        url = layout.shard_url(output, entry["path"])
         return entry, check_shard(url, size=entry.get("bytes"), sha256=entry.get("sha256"), check=check)
 
     with ThreadPoolExecutor(max(1, threads)) as pool:

@@ -237,3 +237,22 @@ def test_a_hung_upload_on_ray_is_ended_and_its_task_run_again(ray_cluster, seawe
     assert proxy.injected == {"slow": 1}
     assert took < 30, took  # the held upload did not hold the run
     assert comparable(manifest) == comparable(local_baseline)
+
+
+def test_a_node_gone_since_it_was_listed_is_left_out_of_the_node_check(ray_cluster, tmp_path, monkeypatch):
+    """ray.nodes() can list as alive a node that is gone by the time its probe is scheduled (a full
+    suite once failed so: TaskUnschedulableError, a traceback and exit 1): that node runs no task,
+    so the check goes on with the others. The listing gets a node id no cluster has."""
+    import ray
+
+    from mlm_pipeline.executors.ray import check_output_seen_by_every_node, connect
+
+    listed = ray.nodes
+    gone = {"NodeID": "ab" * 28, "Alive": True, "Resources": {"CPU": 1.0}, "NodeManagerAddress": "127.0.0.9"}
+    monkeypatch.setattr(ray, "nodes", lambda: [*listed(), gone])
+    assert connect(ray_cluster.address)
+    try:
+        check_output_seen_by_every_node(str(tmp_path / "out"))  # raised TaskUnschedulableError
+    finally:
+        ray.shutdown()
+    assert list((tmp_path / "out" / "_tmp").iterdir()) == []

@@ -106,13 +106,17 @@ def test_sentence_split_for_paragraph_per_line_text(tmp_path, caplog):
 
     lines, warned = run("lines")
     split, quiet = run("split", sentence_split=True)
-    _, electra = run("electra", objective="electra")  # no next-sentence pairs: nothing to warn about
+    electra_run, electra = run("electra", objective="electra")  # no pairs, but long lines lose their tails
+    _, packed = run("packed", objective="packed")  # packing cuts long sentences across instances: nothing lost
     share = lines["totals"]["random_next"] / lines["totals"]["instances"]
     split_share = split["totals"]["random_next"] / split["totals"]["instances"]
     assert share > 0.85 and 0.5 < split_share < 0.7, (share, split_share)
-    assert warned and "--sentence-split" in warned[0] and str(corpus) in warned[0] and not quiet and not electra
+    assert warned and "--sentence-split" in warned[0] and str(corpus) in warned[0] and not quiet and not packed
+    assert "most pairs would be random-next" in warned[0]
+    assert electra and "past what fits in an example would be dropped: --sentence-split" in electra[0]
+    assert "of the tokens read" in render_report(electra_run) and "--sentence-split" in render_report(electra_run)
     assert "random-next (over 70%)" in render_report(lines) and "--sentence-split" in render_report(lines)
-    assert "warning" not in render_report(split)
+    assert "random-next (over 70%)" not in render_report(split) and "--sentence-split" not in render_report(split)
     # the sentences are the segmenter's, line by line
     paragraphs = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert lines["totals"]["sentences"] == len(paragraphs)

@@ -269,3 +269,48 @@ def test_the_length_plot_shows_a_run_whose_instances_all_have_one_length(prepare
     one_length = {**manifest, "totals": {**manifest["totals"], "instance_length_histogram": {"128": 725}}}
     assert "tokens_per_instance" in {p.name for p in make_plots(report_data(one_length))}
     assert steps == [([127, 128], [0.0, 1.0])]
+
+
+def test_tokens_left_out_of_every_instance_are_warned_about_for_each_objective(tmp_path):
+    """A Chinese novel and a WikiExtractor file, a paragraph per line: ELECTRA's examples drop the
+    tail of each line that does not fit (about a quarter of the tokens at 128), and the summary and
+    the report say so with what to change; BERT's pairs count what truncation removed; packing
+    loses nothing and is not warned about."""
+    from conftest import VOCAB
+    from mlm_pipeline import prepare
+    from mlm_pipeline.report import render_report, render_summary
+    from mlm_pipeline.report.data import LOST_TOKENS_WARNING, lost_tokens, report_data
+
+    repo = Path(__file__).resolve().parents[2]
+    inputs = [str(repo / "tests" / "data" / "hongloumeng-300KB.txt"), str(repo / "sample" / "wikiextractor-AA.txt")]
+
+    def run(name, **kw):
+        return prepare(inputs=inputs, output=str(tmp_path / name), tokenizer=str(VOCAB), workers=1, progress=False,
+                       max_seq_length=128, show_progress=False, **kw)
+
+    electra = run("electra", objective="electra")
+    lost, read = lost_tokens(electra)
+    assert lost == electra["totals"]["dropped_tokens"] and read == electra["totals"]["tokens"]
+    assert lost / read > 0.2
+    summary = render_summary(electra, str(tmp_path / "electra"))
+    assert f"warning: {lost / read:.0%} of the tokens read ({lost:,} of {read:,}) are in no instance" in summary
+    assert "--sentence-split splits lines into sentences" in summary and "--max-seq-length (now 128) keeps more" in summary
+    assert any("are in no instance" in w for w in report_data(electra)["warnings"])
+    assert "are in no instance" in render_report(electra)
+
+    nsp = run("nsp")
+    lost, read = lost_tokens(nsp)
+    # every truncated pair lost at least one token; the token counts match the instances written
+    assert nsp["totals"]["truncated_tokens"] >= nsp["totals"]["truncated_pairs"] > 0
+    assert lost == nsp["totals"]["truncated_tokens"] and read == nsp["totals"]["tokens"]
+    assert ("are in no instance" in render_summary(nsp, "o")) == (lost / read > LOST_TOKENS_WARNING)
+
+    # split into sentences, ELECTRA still ends each example inside a sentence (its own rule): less is
+    # lost, still over the threshold at 128, and the advice is the length alone
+    split = run("electra-split", objective="electra", sentence_split=True)
+    split_lost, split_read = lost_tokens(split)
+    assert LOST_TOKENS_WARNING < split_lost / split_read < lost_tokens(electra)[0] / lost_tokens(electra)[1] / 1.5
+    warned = [w for w in report_data(split)["warnings"] if "are in no instance" in w]
+    assert warned and "--sentence-split" not in warned[0] and "--max-seq-length (now 128)" in warned[0]
+    packed = run("packed", objective="packed")
+    assert lost_tokens(packed)[0] == 0 and not any("are in no instance" in w for w in report_data(packed)["warnings"])

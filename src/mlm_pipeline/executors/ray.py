@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from typing import Iterator, Sequence
 
@@ -103,7 +104,7 @@ def check_output_seen_by_every_node(output: str) -> None:
     read back by a zero-CPU task pinned to each node. Nodes that join later (an autoscaler's) are
     not checked."""
     import ray
-    from ray.exceptions import GetTimeoutError
+    from ray.exceptions import GetTimeoutError, NodeDiedError, TaskUnschedulableError, WorkerCrashedError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from mlm_pipeline.run import layout
@@ -116,12 +117,17 @@ def check_output_seen_by_every_node(output: str) -> None:
         read = ray.remote(_read_probe)
         refs = [read.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote(probe) for n in nodes]
-        try:
-            answers = ray.get(refs, timeout=PROBE_SECONDS)
-        except GetTimeoutError:
-            raise OutputError(f"could not check within {PROBE_SECONDS} s that every node of the cluster sees the "
-                              f"output directory {output}; give an object-store URL (s3://..., gs://...) as "
-                              "--output, or try again") from None
+        deadline = time.monotonic() + PROBE_SECONDS
+        answers = []
+        for ref in refs:  # one at a time: a node gone since ray.nodes() listed it runs no task anyway
+            try:
+                answers.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+            except GetTimeoutError:
+                raise OutputError(f"could not check within {PROBE_SECONDS} s that every node of the cluster sees "
+                                  f"the output directory {output}; give an object-store URL (s3://..., gs://...) "
+                                  "as --output, or try again") from None
+            except (TaskUnschedulableError, NodeDiedError, WorkerCrashedError) as exc:
+                log.info("node check: a node left the cluster while it was checked (%s)", type(exc).__name__)
     finally:
         try:
             os.remove(probe)
@@ -131,7 +137,7 @@ def check_output_seen_by_every_node(output: str) -> None:
     if blind:
         shown = sorted(set(blind))
         raise OutputError(
-            f"--output {output} is a directory of this machine that {len(blind)} of the cluster's {len(nodes)} "
+            f"--output {output} is a directory of this machine that {len(blind)} of the cluster's {len(answers)} "
             f"nodes with CPUs do not see (at {', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}): each would "
             "keep its tasks' shards on its own disk. Give an object-store URL (s3://..., gs://...), or a "
             "filesystem mounted at the same path on every node")

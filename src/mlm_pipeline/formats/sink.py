@@ -187,19 +187,23 @@ def tidy_tmp(output: str, older_than: float) -> None:
         return
     tmp = layout.tmp_dir(fs.get_fs(output)[1])
     now = time.time()
-    try:
-        entries = list(os.scandir(tmp))
-    except OSError:  # absent
+    try:  # the directory itself, never what a link in its place points to
+        fd = fs.open_local_dir(tmp)
+    except OSError:  # absent, or a link (left alone)
         return
-    for entry in entries:
-        try:
-            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime >= older_than:
-                os.remove(entry.path)
-        except OSError:  # (gone meanwhile)
-            pass
+    try:
+        for entry in list(os.scandir(fd)):
+            try:
+                if entry.is_file(follow_symlinks=False) and \
+                        now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                    os.remove(entry.name, dir_fd=fd)
+            except OSError:  # (gone meanwhile)
+                pass
+    finally:
+        os.close(fd)
     try:
         os.rmdir(tmp)
-    except OSError:  # not empty: a straggler writes there
+    except OSError:  # not empty (a straggler writes there), or not a directory
         pass
 
 

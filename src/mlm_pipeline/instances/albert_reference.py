@@ -332,6 +332,7 @@ class _Builder:
         self.kinds = corpus.kinds.tobytes()
         self.has_special = SPECIAL in corpus.kinds
         self.instances = TrainingInstances()
+        self.truncated_tokens = 0
         doc_offsets = corpus.doc_offsets.tolist()
         order = list(range(len(corpus)))
         self.rng.shuffle(order)  # rng.shuffle(all_documents)
@@ -370,7 +371,9 @@ class _Builder:
                 else:
                     is_random_next = False
                     b = (a[1], so[i + 1])
+                before = (a[1] - a[0]) + (b[1] - b[0])
                 a, b = truncate_seq_pair(a, b, max_num_tokens, rng)
+                self.truncated_tokens += before - (a[1] - a[0]) - (b[1] - b[0])
                 self.instances.ranges.extend((a[0], a[1], b[0], b[1]))
                 self.instances.labels.append(is_random_next)
                 self.create_masked_lm_predictions(a, b)
@@ -471,7 +474,8 @@ def albert_reference_batches(
                   "masked_tokens": len(batch.masked_lm_ids)}
         if not reported_tokens:  # the totals that are not per row, once
             counts.update({k: v for k, v in totals.items() if k.startswith("masked_") and k != "masked_tokens"})
-            counts.update(tokens=len(corpus.tokens), numpy_ngram_draws=builder.choice.calls)
+            counts.update(tokens=len(corpus.tokens), numpy_ngram_draws=builder.choice.calls,
+                          truncated_tokens=builder.truncated_tokens)
             reported_tokens = True
         yield batch, counts
 

@@ -122,6 +122,9 @@ class Objective:
     ``ValueError`` for settings the objective cannot work with (run as part of config validation).
     ``load_masking``: how the torch loader masks its unmasked outputs: ``dynamic`` (BERT's
     80/10/10) or ``electra`` (ELECTRA's: with replacement, 85% ``[MASK]``, no random tokens).
+    ``cuts_long_sentences``: a sentence longer than an instance loses its excess tokens (BERT's
+    pairs are truncated, ELECTRA's examples end), so a paragraph read as one sentence loses much
+    of itself; the plan warns of inputs that look like a paragraph per line.
     ``setting_defaults``: settings whose default is this objective's when a run does not give
     them (``sop``: whole-word masking, as ALBERT's script).
     """
@@ -136,6 +139,7 @@ class Objective:
     tokenizer_flavor: str = "bert"
     check: Callable[[Any], None] | None = None
     load_masking: Literal["dynamic", "electra"] = "dynamic"
+    cuts_long_sentences: bool = False
     setting_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def writes_sequence_features_only(self, masking: str) -> bool:

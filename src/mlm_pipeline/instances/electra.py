@@ -575,6 +575,7 @@ OBJECTIVE = Objective(
     default_masking="none",
     reference=ELECTRA_REFERENCE,
     sequence_features_only=True,
+    cuts_long_sentences=True,
     tokenizer_flavor="electra",
     check=check_objective_settings,
     load_masking="electra",

@@ -57,6 +57,7 @@ class PairStats:
     random_next: int = 0
     short_target_documents: int = 0
     truncated: int = 0
+    truncated_tokens: int = 0
     chunks_without_pair: int = 0
     swapped: int | None = None  # sop: pairs in swapped order (label 1 with B the actual next)
 
@@ -68,6 +69,7 @@ class PairStats:
             "random_next": self.random_next,
             "short_target_documents": self.short_target_documents,
             "truncated_pairs": self.truncated,
+            "truncated_tokens": self.truncated_tokens,
             "chunks_without_pair": self.chunks_without_pair,
         }
 
@@ -234,6 +236,7 @@ def build_nsp_instances(
     labels_arr = labels_arr.astype(np.int8)
     la, lb = truncated_lengths(la0, lb0, max_tokens)
     stats.truncated = int(np.count_nonzero((la != la0) | (lb != lb0)))
+    stats.truncated_tokens = int((la0 - la).sum() + (lb0 - lb).sum())
     # each removed token comes off the front or the back with probability 1/2
     front_a = rng.binomial(la0 - la, 0.5)
     front_b = rng.binomial(lb0 - lb, 0.5)
@@ -272,4 +275,5 @@ OBJECTIVE = Objective(
     help="BERT sentence pairs [CLS] A [SEP] B [SEP] with next-sentence labels (50% random next)",
     has_nsp_labels=True,
     reference=BERT_REFERENCE,
+    cuts_long_sentences=True,
 )

@@ -87,5 +87,6 @@ OBJECTIVE = Objective(
     has_nsp_labels=True,
     reference=ALBERT_REFERENCE,
     check=check_settings,
+    cuts_long_sentences=True,
     setting_defaults={"do_whole_word_mask": True},
 )

@@ -16,13 +16,21 @@
     OUTPUT/_prepare.lock             held (flock) by the one plain run working in a local output
 
 Every other module asks here for a name or a URL, so moving or renaming any of these is one edit.
+
+None of these is ever a symbolic link in a run's own output, and a shard named by a manifest or a
+marker is always inside one of the shard directories: :func:`refuse_links` and :func:`shard_url`
+hold that, so that a planted link or a crafted manifest never makes a command read, write or
+delete a file outside the output.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 import uuid
 
 from mlm_pipeline import fs
+from mlm_pipeline.errors import OutputError
 
 RUN_FILE = "_run.json"
 PLAN_FILE = "_plan.json"
@@ -114,6 +122,46 @@ def out_file_path(name: str) -> str:
     return f"{OUT_FILES_DIR}/{name}"
 
 
+def shard_url(output: str, path: str) -> str:
+    """The URL of a shard that a manifest or marker records as ``path``, relative to the output.
+
+    Refuses (:class:`OutputError`) a path that would leave the output's shard directories: an
+    absolute path, a URL, ``..``, or a local shard that is a symbolic link. A manifest is data
+    anyone may have edited; ``inspect``, ``verify`` and the loader read only the run's own shards.
+    """
+    parts = path.split("/")
+    if ("://" in path or path.startswith("/") or "\\" in path or len(parts) != 2
+            or parts[0] not in (SHARDS_DIR, OUT_FILES_DIR) or parts[1] in ("", ".", "..")):
+        raise OutputError(f"{manifest_url(output)} names a shard outside the output: {path!r} (a run records its "
+                          f"shards as {SHARDS_DIR}/NAME or {OUT_FILES_DIR}/NAME); refusing to read it")
+    url = fs.join(output, path)
+    if fs.is_local(output) and os.path.islink(fs.get_fs(url)[1]):
+        raise OutputError(f"shard {path} in {output} is a symbolic link: a run's shards never are; refusing to "
+                          "read what it points to")
+    return url
+
+
+LAYOUT_NAMES = (RUN_FILE, PLAN_FILE, MANIFEST_FILE, LOCK_FILE, TASKS_DIR, LEASES_DIR, TMP_DIR, SHARDS_DIR, OUT_FILES_DIR)
+"""Every name a run keeps in its output directory."""
+
+
+def refuse_links(output: str) -> None:
+    """:class:`OutputError` when a local output holds a symbolic link where its layout names a
+    file or directory (``_prepare.lock``, ``_tmp``, ``manifest.json``…): a run never makes one,
+    and following it would let the run overwrite, delete or read files outside the output (a link
+    at ``_prepare.lock`` had its target truncated; one at ``_tmp`` had its target's files deleted
+    by the cleanup). Object stores have no links."""
+    if not fs.is_local(output):
+        return
+    directory = fs.get_fs(output)[1]
+    links = [name for name in LAYOUT_NAMES if os.path.islink(posixpath.join(directory, name))]
+    if links:
+        named = ", ".join(posixpath.join(output.rstrip("/"), name) for name in links)
+        raise OutputError(f"{named} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}: a run's own "
+                          "files are never links, and following one would read, write or delete files outside the "
+                          "output; remove the link, or give another --output")
+
+
 def shard_dir_urls(output: str) -> list[str]:
     """Every directory that can hold a run's committed shards or output files."""
     return [shards_url(output), out_files_url(output)]
@@ -132,6 +180,6 @@ def tmp_shard_name(task_id: str) -> str:
 __all__ = [
     "LEASES_DIR", "LOCK_FILE", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
     "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
-    "shard_dir_urls",
+    "LAYOUT_NAMES", "refuse_links", "shard_dir_urls", "shard_url",
     "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

@@ -33,6 +33,7 @@ class RunLock:
         self.shared = shared
         self._fd: int | None = None
         self._path: str | None = None
+        self._made: list[str] = []  # the directories this lock made, deepest first
 
     def __enter__(self) -> RunLock:
         if not fs.is_local(self.output):
@@ -43,12 +44,19 @@ class RunLock:
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise OutputError(f"the output {self.output} is a file, not a directory: give a directory for --output")
         try:
+            self._made = _missing_dirs(directory)
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise OutputError(f"cannot write to output {self.output}: {exc.strerror or exc}") from exc
+        layout.refuse_links(self.output)
         path = layout.lock_path(directory)
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:  # never through a link: its target would be truncated and overwritten
+                fd = os.open(path, os.O_CREAT | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            except OSError as exc:
+                if os.path.islink(path):
+                    layout.refuse_links(self.output)  # (a link planted since the check): its message
+                raise OutputError(f"cannot open {path}: {exc.strerror or exc}") from exc
             try:
                 _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BlockingIOError:
@@ -80,7 +88,19 @@ class RunLock:
         self._fd, self._path = fd, path
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            self._release()
+        finally:
+            if exc_type is not None:  # a refused or failed run leaves no empty directory it made
+                for made in self._made:
+                    try:
+                        os.rmdir(made)
+                    except OSError:  # not empty (the run wrote there), or gone
+                        break
+            self._made = []
+
+    def _release(self) -> None:
         if self._fd is None:
             return
         if self.shared:  # the last shared holder out removes the file: it alone can take the lock whole
@@ -98,6 +118,19 @@ class RunLock:
                 pass
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
+
+
+def _missing_dirs(directory: str) -> list[str]:
+    """``directory`` and each of its parents that does not exist yet, deepest first."""
+    missing = []
+    path = os.path.abspath(directory)
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
 
 LOCK_TRIES = 10  # 50 ms apart: the last shared holder out holds the lock whole for a moment

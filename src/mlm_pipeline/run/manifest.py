@@ -126,6 +126,7 @@ def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: C
 def read_manifest(output: str, *, need: tuple[str, ...] = ("shards",)) -> dict:
     """The manifest of a finished run (``FileNotFoundError`` while it is not written;
     :class:`~mlm_pipeline.errors.InspectError` naming the file when it is not a manifest)."""
+    layout.refuse_links(output)
     return parse_manifest(fs.read_bytes(layout.manifest_url(output)), output, need=need)
 
 

@@ -504,10 +504,12 @@ def save_plan(output: str, plan: Plan, inputs: list[str] | None = None, *, repla
 
 def refuse_a_file(output: str) -> None:
     """:class:`OutputError` when a local ``output`` is a file, not an output directory (instead of
-    the "Not a directory" of reading a name inside it)."""
+    the "Not a directory" of reading a name inside it), or holds a link where its layout names a
+    file (:func:`~mlm_pipeline.run.layout.refuse_links`)."""
     if fs.is_local(output) and os.path.isfile(output):
         raise OutputError(f"{output} is a file: expected the output directory of a prepare run (the one holding "
                           f"{layout.MANIFEST_FILE} and {layout.RUN_FILE})")
+    layout.refuse_links(output)
 
 
 def load_run(output: str) -> tuple[PrepareConfig, dict, Plan]:

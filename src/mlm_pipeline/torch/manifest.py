@@ -141,9 +141,7 @@ def load_prepared(url: str) -> PreparedOutput:
         raise ValueError(f"{manifest_url}: {exc}") from None
     shards = []
     for entry in manifest.get("shards", []):
-        path = entry["path"]
-        shard_url = path if "://" in path or path.startswith("/") else fs.join(url, path)
-        shards.append(ShardEntry(url=shard_url, instances=int(entry["instances"]), bytes=entry.get("bytes"),
+        shards.append(ShardEntry(url=layout.shard_url(url, entry["path"]), instances=int(entry["instances"]), bytes=entry.get("bytes"),
                                  sha256=entry.get("sha256")))
     objective = manifest.get("objective", "nsp")
     masking = manifest.get("masking", "static")
