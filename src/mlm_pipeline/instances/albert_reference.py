@@ -35,13 +35,13 @@ A token's ``token_boundary`` depends on its text only, so it is read from the to
 
 What it costs
 -------------
-Memory: about 6 bytes per token of the corpus (its id, its kind twice) and 16 per sentence, then 41 bytes per
-example and 16 per masked token; the output is gathered 8,192 examples at a time. Time: the
-draws are sequential, one core. Measured on the 1 MB WikiText-2 sample (CPU seconds on a 2-vCPU
-VM shared with other jobs, dupe factor 5): reading and tokenizing 0.19 s; building 69 us per
-example at ``max_seq_length`` 128 and 136 us at 512, most of it the script's two shuffles of the
-masking candidates per example (CPython's own ``shuffle``: a copy of its draws in Python was no
-faster).
+Memory: about 6 bytes per token of the corpus (its id, its kind twice) and 16 per sentence, then
+41 bytes per example and 16 per masked token; the output is gathered 8,192 examples at a time.
+Time: the draws are sequential, one core. Measured on the 1 MB WikiText-2 sample (CPU seconds on
+a 2-vCPU VM shared with other jobs, dupe factor 5): reading and tokenizing 0.19 s; building 69 us
+per example at ``max_seq_length`` 128 and 136 us at 512, most of it the script's two shuffles of
+the masking candidates per example (CPython's own ``shuffle``: a copy of its draws in Python was
+no faster).
 """
 
 from __future__ import annotations
