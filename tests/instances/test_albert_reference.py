@@ -7,10 +7,18 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from conftest import DATA, SAMPLE, VOCAB
 from mlm_pipeline.errors import ConfigError, InputError
-from mlm_pipeline.instances.albert_reference import AlbertSettings, albert_reference_batches, gfile_lines, read_albert_corpus
+from mlm_pipeline.instances.albert_reference import (
+    AlbertSettings,
+    albert_reference_batches,
+    gfile_lines,
+    read_albert_corpus,
+    shuffle_draws,
+    shuffled_range,
+)
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.tokenize.albert_rules import (
     AlbertSentencePiece,
@@ -146,6 +154,20 @@ def test_a_file_boundary_is_not_a_document_boundary(tmp_path, tok):
     corpus = read_albert_corpus([str(b), str(a)], AlbertSentencePiece(str(SPM_MODEL)))
     # SentencePiece path: "\u0301" prepares to "" and starts a new document, here followed by a's lines
     assert np.diff(corpus.doc_offsets).tolist() == [1, 1, 2]
+
+
+@given(st.integers(0, 2**32 - 1), st.lists(st.integers(0, 600), max_size=8))
+def test_inlined_shuffles_draw_as_cpython(seed, sizes):
+    import random
+
+    ours, theirs = random.Random(seed), random.Random(seed)
+    for n in sizes:
+        x = list(range(n))
+        theirs.shuffle(x)
+        assert shuffled_range(ours, n) == x
+        theirs.shuffle(list(range(n)))
+        shuffle_draws(ours, n)
+    assert ours.getstate() == theirs.getstate()
 
 
 def test_settings_are_validated():
