@@ -57,3 +57,21 @@ def test_brackets_in_help_are_shown_as_written():
 def test_a_docstring_paragraph_is_wrapped_by_the_terminal_not_by_the_source():
     text = help_of("verify", 240)
     assert "Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when the run is complete" in text
+
+
+@pytest.mark.parametrize("command", [c for c in (*COMMANDS, "verify") if c != "prepare"])
+def test_every_command_shows_each_flag_whole_on_an_80_column_terminal(command):
+    """rich's option table cut long flags at 80 columns (``--tokenizer-fla…``, ``--character-cov…``);
+    every command now lays its options out as ``prepare --help`` does, each flag whole."""
+    import typer.main
+
+    from mlm_pipeline.cli import app
+
+    out = help_of(command, 80)
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert not re.search(r"<(str|int|float|list\[str\])>", out), out
+    params = typer.main.get_command(app).commands[command].params
+    for param in params:
+        for flag in (*param.opts, *param.secondary_opts):
+            if flag.startswith("-"):
+                assert re.search(rf"(^|[\s,/]){re.escape(flag)}([\s,]|$)", out, re.M), (command, flag)

@@ -44,7 +44,16 @@ class _PlainHelpSwitch:
 
 
 class _Command(_PlainHelpSwitch, TyperCommand):
-    pass
+    """A command whose ``--help`` lists each option on one compact row, the whole flag name shown
+    (rich's table cut long names at 80 columns: ``--tokenizer-fla…``), as ``prepare --help`` does."""
+
+    def format_help(self, ctx, formatter):
+        from mlm_pipeline.cli_help import print_grouped_help, param_row
+
+        params = [p for p in self.get_params(ctx) if not getattr(p, "hidden", False)]
+        print_grouped_help(self.get_usage(ctx), Text.from_markup(self.help or "").plain, [], [],
+                           [param_row(ctx, p) for p in params if p.param_type_name == "option"],
+                           arguments=[param_row(ctx, p) for p in params if p.param_type_name == "argument"])
 
 
 class _Group(_PlainHelpSwitch, TyperGroup):

@@ -68,10 +68,39 @@ def _setting_help(s: Setting) -> str:
     return s.help + (" Required." if s.required else "") + (f" ({default})" if default else "")
 
 
+def param_row(ctx, param) -> tuple[str, str]:
+    """A click parameter as a (flag, help) row: ``-o, --output TEXT``, a switch as ``--x / --no-x``,
+    an argument as its name; the help with its default."""
+    from rich.text import Text as _Text
+
+    metavar = param.metavar
+    if param.param_type_name == "argument":
+        name = (metavar or param.name).upper()
+        help_text = _Text.from_markup(param.help or "").plain + (" Required." if param.required else "")
+        return f"{name}{'...' if param.nargs == -1 else ''}", help_text.strip()
+    names = " / ".join(filter(None, [", ".join(param.opts), ", ".join(param.secondary_opts)]))
+    if not metavar and not getattr(param, "is_flag", False):
+        shown = str(param.display_type_rich(ctx)).strip("<>") if hasattr(param, "display_type_rich") else ""
+        metavar = {"int": "N", "int range": "N", "float": "FLOAT", "float range": "FLOAT", "str": "TEXT",
+                   "": "TEXT"}.get(shown, shown)
+    flag = f"{names} {metavar.strip('<>')}".strip() if metavar else names
+    help_text = _Text.from_markup(param.help or "").plain
+    default = param.default
+    flag_like = getattr(param, "is_flag", False)
+    shown = getattr(param, "show_default", True) is not False and not callable(default) and (
+        (not flag_like and default is not None and default is not False and default not in ((), [], ""))
+        or (flag_like and bool(param.secondary_opts) and default is True))
+    if param.required:
+        help_text += " Required."
+    elif shown:
+        help_text += f" (default: {'on' if default is True else default})"
+    return flag, help_text.strip()
+
+
 def print_grouped_help(usage: str, description: str, settings: Iterable[Setting], panels: Iterable[str],
-                       other_options: list[tuple[str, str]]) -> None:
-    """Usage, description, ``other_options`` (flag, help) under Options, then the settings panel
-    by panel, in the order of ``panels``."""
+                       other_options: list[tuple[str, str]], *, arguments: list[tuple[str, str]] | None = None) -> None:
+    """Usage, description, ``arguments`` and ``other_options`` (flag, help) under Options, then the
+    settings panel by panel, in the order of ``panels``."""
     console = Console(highlight=False)
     console.print(Text(usage, style="bold"))
     console.print()
@@ -81,7 +110,7 @@ def print_grouped_help(usage: str, description: str, settings: Iterable[Setting]
     settings = list(settings)
     inner = console.width - 4  # a panel's border and padding
     sections = []
-    arguments = [(flag_text(s), _setting_help(s)) for s in settings if s.positional]
+    arguments = [*(arguments or []), *((flag_text(s), _setting_help(s)) for s in settings if s.positional)]
     if arguments:
         sections.append(("Arguments", arguments))
     sections.append(("Options", other_options))
