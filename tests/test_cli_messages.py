@@ -324,3 +324,45 @@ def test_a_refused_run_leaves_no_directory_it_made(tmp_path):
     assert kept.is_dir() and list(kept.iterdir()) == []
     cli("prepare", empty, "-o", kept / "out", "-t", VOCAB, "--no-progress", check_code=2)
     assert list(kept.iterdir()) == []
+
+
+def test_a_failed_task_is_told_once(tmp_path):
+    """The failure is logged as it happens (the run goes on with the other tasks); the closing
+    error says how the run went and names the task, without printing the failure a second time."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a sentence.\n\xff\xfe not UTF-8.\n")
+    proc = cli("prepare", bad, "-o", tmp_path / "out", "-t", VOCAB, "--on-decode-error", "fail", "--no-progress",
+               check_code=2)
+    assert proc.stderr.count("invalid UTF-8 at byte offset") == 1, proc.stderr
+    assert "error: 1 of 1 tasks failed, the other 0 completed (task 00000: the error above)" in proc.stderr
+
+
+def test_an_unsupported_backend_in_auto_mode_is_not_told_at_every_load(tmp_path):
+    """The fast backend does not implement ELECTRA's rules, so auto mode encodes with HF: that is
+    recorded in the manifest, and not logged by every command that loads the tokenizer, even with
+    -v (inspect only decodes)."""
+    out = tmp_path / "out"
+    prepared = cli("-v", "prepare", SAMPLE_TEXT, "-o", out, "-t", VOCAB, "--objective", "electra", "--no-progress")
+    assert "falls back" not in prepared.stderr, prepared.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    [backend] = manifest["tokenizer_backend"]
+    assert backend["backend"] == "hf" and "fallback_reason" in backend
+    shown = cli("-v", "inspect", out, "-n", "1")
+    assert "falls back" not in shown.stderr, shown.stderr
+
+
+def test_messages_name_the_flags_as_the_user_spelt_them(tmp_path):
+    """Google's command line gets advice in Google's spelling (it said "drop --no-do-lower-case"
+    to a user who typed --do_lower_case=False), ours in ours; an existing file given as
+    --output_file is refused without first being called "the output directory here"."""
+    google = cli("prepare", f"--input_file={SAMPLE_TEXT}", f"--output_file={tmp_path / 'g'}", f"--vocab_file={VOCAB}",
+                 "--do_lower_case=False", "--no-progress")
+    assert "drop --do_lower_case=False" in google.stderr and "--no-do-lower-case" not in google.stderr
+    ours = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "o", "-t", VOCAB, "--no-do-lower-case", "--no-progress")
+    assert "drop --no-do-lower-case" in ours.stderr and "do_lower_case" not in ours.stderr
+    existing = tmp_path / "existing.tfrecord"
+    existing.write_text("")
+    refused = cli("prepare", f"--input_file={SAMPLE_TEXT}", f"--output_file={existing}", f"--vocab_file={VOCAB}",
+                  "--no-progress", check_code=2)
+    assert "note:" not in refused.stderr and "is the output directory here" not in refused.stderr
+    assert f"the output {existing} is a file, not a directory: give a directory for --output_file" in refused.stderr

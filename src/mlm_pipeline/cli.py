@@ -230,11 +230,11 @@ def _run_prepare(config) -> None:
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))
-    except TaskFailed as exc:
-        cause = exc.cause
-        if isinstance(cause, (InputError, OutputError, TokenizerError)):
-            _fail(str(exc))
-        _fail(str(exc), code=1)
+    except TaskFailed as exc:  # (a failure logged as it happened is not printed again)
+        message = exc.outcome or str(exc)
+        if isinstance(exc.cause, (InputError, OutputError, TokenizerError)):
+            _fail(message)
+        _fail(message, code=1)
     except OSError as exc:  # storage unreachable, access denied, ...
         _fail(f"{type(exc).__name__}: {exc}", code=1)
     except KeyboardInterrupt as exc:
@@ -337,11 +337,13 @@ def verify(
     what = "sizes" if size_only else "sizes and SHA-256"
     for p in result.problems:
         typer.echo(f"BAD {p.path}: {p.problem}")
+    if result.ok and not result.complete:  # not "ok": the run is not, whatever its shards so far
+        _fail(f"the run is not complete: {result.tasks - result.tasks_done} of its {result.tasks} tasks have not "
+              f"finished (no marker); the {result.checked} shard(s) of the {result.tasks_done} finished "
+              f"({result.bytes_checked:,} bytes) match {result.source} ({what}); run the same prepare command again "
+              "to finish it", code=1)
     if result.ok:
         typer.echo(f"ok: {result.checked} shards ({result.bytes_checked:,} bytes) match {result.source} ({what})")
-        if not result.complete:
-            _fail(f"the run is not complete: {result.tasks - result.tasks_done} of its {result.tasks} tasks have not "
-                  "finished (no marker); run the same prepare command again to finish it", code=1)
         return
     if repair:
         tasks = forget_bad_tasks(output, result)
@@ -414,9 +416,9 @@ def train(
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
         "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
         "with replacement, 85% [MASK], 15% kept). auto: static if the shards are masked, else the objective's "
-        "(electra for --objective electra, else dynamic).",
-    ),
+        "(electra for --objective electra, else dynamic).",),
     whole_word_mask: bool = typer.Option(False, "--whole-word-mask/--no-whole-word-mask", metavar="", help="Dynamic masking of whole words (word boundaries from the tokenizer)."),
+    masking_scheme: Optional[str] = typer.Option(None, "--masking-scheme", metavar="token|whole-word|ngram|span", help="Dynamic masking's scheme, with its default parameters (as prepare's --masking-scheme)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model initialisation, the data order and the dynamic masks."),
     output_dir: str = typer.Option("train-out", "--output-dir", "-o", help="Receives loss.csv (one row per step), summary.json, checkpoints/ (Lightning, resumable mid-epoch) and model/ (save_pretrained)."),
     num_workers: int = typer.Option(0, "--num-workers", help="DataLoader worker processes (0: load in the training process)."),
@@ -439,7 +441,7 @@ def train(
         _fail(f"training needs the torch extra (pip install 'mlm-pipeline[torch]'): {exc}")
     config = TrainConfig(
         data=data_dir, steps=steps, batch_size=batch_size, lr=lr, layers=layers, hidden=hidden, heads=heads,
-        masking=masking, whole_word_mask=whole_word_mask, seed=seed, output_dir=output_dir,
+        masking=masking, whole_word_mask=whole_word_mask, masking_scheme=masking_scheme, seed=seed, output_dir=output_dir,
         num_workers=num_workers, shuffle_buffer=shuffle_buffer, save_every=save_every, resume=resume,
         overwrite_output_dir=overwrite_output_dir, tokenizer=tokenizer, threads=threads,
     )

@@ -10,9 +10,11 @@ otherwise (``--do_permutation``).
 
 from __future__ import annotations
 
+import os
+
 import typer
 
-from mlm_pipeline.config import Setting
+from mlm_pipeline.config import Setting, note_google_spelling
 
 
 def google_help(settings: tuple[Setting, ...]) -> str:
@@ -36,6 +38,8 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
         if _refused_google_flag(arg, rest):
             continue
         s, value = _google_flag(arg, google)
+        if s is not None:
+            note_google_spelling(s.name)
         if s is None:
             out.append(arg)
         elif s.value_type is bool:
@@ -87,7 +91,7 @@ def _google_output(value: str) -> None:
     if "," in value:
         raise typer.BadParameter(f"--output_file={value}: mlm-pipeline writes one output directory of shards "
                                  "(tasks write their own files in parallel); give one path")
-    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES):
+    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES) and not os.path.isfile(value):  # (a file: refused)
         from mlm_pipeline.run import layout
 
         shards = f"{value.rstrip('/')}/{layout.SHARDS_DIR}"

@@ -113,6 +113,12 @@ def _objective_choices() -> list[str]:
     return list(objective_names())
 
 
+def _masking_scheme_choices() -> list[str]:
+    from mlm_pipeline.masking import masking_scheme_names  # the registry of masking schemes (masking/)
+
+    return list(masking_scheme_names())
+
+
 def _one_of(choices: Callable[[], list[str]], what: str) -> AfterValidator:
     """Validation against a registry, so that registering a plug-in is all a new choice takes."""
 
@@ -129,6 +135,7 @@ InputFormat = Annotated[str, _one_of(_input_format_choices, "input format")]
 OutputFormatName = Annotated[str, _one_of(_output_format_choices, "output format")]
 TokenizerBackend = Annotated[str, _one_of(_tokenizer_backend_choices, "tokenizer backend")]
 ObjectiveName = Annotated[str, _one_of(_objective_choices, "objective")]
+MaskingSchemeName = Annotated[str, _one_of(_masking_scheme_choices, "masking scheme")]
 DecodePolicy = Literal["replace", "skip", "fail"]
 
 
@@ -161,21 +168,21 @@ class PrepareConfig(BaseModel):
         ..., "output", "Output directory or URL. The same command again resumes; other settings are refused.",
         flags=("--output", "-o"), google="output_file", runtime=True)
     tokenizer: str = setting(
-        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a model directory holding either, or a Hugging "
-        "Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
+        ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a SentencePiece .model, a model directory, or a "
+        "Hugging Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
     spm_model_file: str | None = setting(
         None, "tokenizer", "ALBERT's SentencePiece .model, in place of --tokenizer.",
         google="spm_model_file", metavar="PATH", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
-        "auto", "tokenizer", "Encoder: auto, the fastest installed one that gives HF's ids exactly (checked), or "
-        "hf. Output never depends on it.",
+        "auto", "tokenizer", "Encoder: auto, the fastest one that gives the reference's ids exactly (checked), "
+        "or one by name. Output never depends on it.",
         runtime=True, choices=_tokenizer_backend_choices)
     tokenizer_flavor: Literal["bert", "electra", "auto"] = setting(
         "auto", "tokenizer", "Text rules of a WordPiece vocab: bert (HF's), electra (drops Unicode C* characters, "
         "strips accents only when lower-casing). auto: electra for --objective electra, else bert.")
     do_lower_case: bool = setting(
-        True, "tokenizer", "Lower-case and strip accents before WordPiece (vocab.txt only; match the vocab).",
+        True, "tokenizer", "Lower-case and strip accents (vocab.txt, ALBERT's .model; match the vocab).",
         google="do_lower_case")
     verify_inputs: bool = setting(
         False, "input", "On resume, check the bytes each completed task read by SHA-256 (every input read once "
@@ -236,18 +243,21 @@ class PrepareConfig(BaseModel):
     random_seed: int = setting(
         12345, "instances", "Global seed; each task derives its own, so output never depends on the worker count.",
         google="random_seed")
-    do_whole_word_mask: bool = setting(
-        False, "masking", "Mask a word and its ## pieces together (sop: on unless turned off).",
+    masking_scheme: MaskingSchemeName | None = setting(
+        None, "masking", "token: BERT's. whole-word: words whole. ngram: ALBERT's n-grams of words. span: SpanBERT's "
+        "spans of words. Default: the objective's (token).", choices=_masking_scheme_choices)
+    do_whole_word_mask: bool | None = setting(
+        None, "masking", "Words whole: --masking-scheme whole-word; with ngram (its default), n-grams of words.",
         google="do_whole_word_mask")
+    ngram: int = setting(3, "masking", "ngram: the longest n-gram, in words.", google="ngram", ge=1, le=64)
+    favor_shorter_ngram: bool = setting(
+        True, "masking", "ngram: P(n) ∝ 1/n; off: reversed (as ALBERT).", google="favor_shorter_ngram")
+    geometric_p: float = setting(0.2, "masking", "span: p of the geometric span length.", gt=0.0, le=1.0)
+    span_lower: int = setting(1, "masking", "span: the shortest span, in words.", ge=1, le=512)
+    span_upper: int = setting(10, "masking", "span: the longest span, in words.", ge=1, le=512)
     random_next_sentence: bool = setting(
         False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
         google="random_next_sentence")
-    ngram: int = setting(
-        3, "masking", "sop: longest n-gram of words masked, P(n) ~ 1/n.",
-        google="ngram", ge=1, le=64)
-    favor_shorter_ngram: bool = setting(
-        True, "masking", "sop: P(n) ~ 1/n, else 1/(N + 1 - n).",
-        google="favor_shorter_ngram")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
@@ -319,6 +329,7 @@ class PrepareConfig(BaseModel):
 
                 name = data.get("objective", "nsp")  # an unknown name fails on the field
                 data["masking"] = get_objective(name).default_masking if name in objective_names() else "static"
+            _resolve_masking_scheme(data)
             if data.get("tokenizer_flavor") in (None, "auto"):
                 from mlm_pipeline.instances import get_objective, objective_names
 
@@ -330,13 +341,6 @@ class PrepareConfig(BaseModel):
                 ref = get_objective(name).reference if name in objective_names() else None
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
-            from mlm_pipeline.instances import get_objective, objective_names
-
-            name = data.get("objective", "nsp")
-            if name in objective_names():  # settings whose default is the objective's (sop: whole words)
-                for key, value in get_objective(name).setting_defaults.items():
-                    if data.get(key) is None:
-                        data[key] = value
             if data.get("spm_model_file"):  # ALBERT's: the SentencePiece model is the tokenizer
                 data["tokenizer"] = data["spm_model_file"]
                 if "://" not in data["spm_model_file"]:
@@ -356,6 +360,9 @@ class PrepareConfig(BaseModel):
             if ref is None or self.masking != ref.masking:
                 raise ValueError(f"--reference: objective {self.objective} has no reference mode" if ref is None
                                  else f"--reference ({ref.help}) needs --masking {ref.masking}")
+            if self.masking_scheme not in ref.masking_schemes:
+                raise ValueError(f"--reference ({ref.help}) masks as its script does: --masking-scheme "
+                                 f"{' or '.join(ref.masking_schemes)}, not {self.masking_scheme}")
             if self.sentence_split:
                 raise ValueError("--reference reads each line as a sentence, as its reference script does: "
                                  "--sentence-split does not apply (leave it out, or split the text beforehand)")
@@ -366,6 +373,7 @@ class PrepareConfig(BaseModel):
             how = f" (--reference writes them as its script does, {self.num_out_files} files)" if self.reference else ""
             raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files{how}; it needs --format tfrecord, "
                              f"not {self.format}")
+        _check_masking_scheme(self)
         from mlm_pipeline.instances import get_objective
 
         if self.random_next_sentence and self.objective != "sop":
@@ -394,6 +402,48 @@ class PrepareConfig(BaseModel):
     def output_fingerprint(self) -> str:
         blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+MASKING_PARAMETERS = ("ngram", "favor_shorter_ngram", "geometric_p", "span_lower", "span_upper")
+"""The settings of particular masking schemes (a scheme's ``parameters`` name those it reads)."""
+
+
+def _resolve_masking_scheme(data: dict) -> None:
+    """Fill in ``masking_scheme`` and ``do_whole_word_mask`` (recorded resolved, so one choice has
+    one spelling): no scheme is the objective's default, ``whole-word`` instead of ``token`` with
+    ``--do-whole-word-mask`` (the flag's meaning before schemes existed); no
+    ``--do-whole-word-mask`` is whole words for the schemes that can mask them."""
+    from mlm_pipeline.instances import get_objective, objective_names
+    from mlm_pipeline.masking import get_masking_scheme, masking_scheme_names
+
+    wwm = data.get("do_whole_word_mask")
+    if data.get("masking_scheme") is None:
+        name = data.get("objective", "nsp")
+        default = get_objective(name).default_masking_scheme if name in objective_names() else "token"
+        data["masking_scheme"] = "whole-word" if wwm and default == "token" else default
+    scheme = data["masking_scheme"]
+    if wwm is None and scheme in masking_scheme_names():  # (an unknown name fails on the field)
+        data["do_whole_word_mask"] = get_masking_scheme(scheme).whole_words != "never"
+
+
+def _check_masking_scheme(config: "PrepareConfig") -> None:
+    """The scheme's settings agree: whole words where it needs them, no parameter of another scheme."""
+    from mlm_pipeline.masking import get_masking_scheme
+
+    scheme = get_masking_scheme(config.masking_scheme)
+    if scheme.whole_words == "never" and config.do_whole_word_mask:
+        raise ValueError(f"--masking-scheme {scheme.name} masks tokens, and --do-whole-word-mask asks for whole "
+                         "words: use --masking-scheme whole-word (or leave --masking-scheme out)")
+    if scheme.whole_words == "always" and not config.do_whole_word_mask:
+        raise ValueError(f"--masking-scheme {scheme.name} masks whole words: --no-do-whole-word-mask does not apply")
+    fields = type(config).model_fields
+    for name in MASKING_PARAMETERS:
+        if name not in scheme.parameters and getattr(config, name) != fields[name].default:
+            users = [s for s in _masking_scheme_choices() if name in get_masking_scheme(s).parameters]
+            raise ValueError(f"--{name.replace('_', '-')} applies to --masking-scheme {' or '.join(users) or '?'}, "
+                             f"not {scheme.name}")
+    if scheme.check is not None:
+        scheme.check(config)
 
 
 def _hub_name(tokenizer: str) -> bool:
@@ -452,6 +502,27 @@ def _without_none(annotation: Any) -> Any:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return args[0] if len(args) == 1 else Union[tuple(args)]
     return annotation
+
+
+_GOOGLE_SPELLED: set[str] = set()
+"""The settings this process's command line gave with Google's flag names (``--do_lower_case``):
+messages name a flag as the user wrote it."""
+
+
+def note_google_spelling(name: str) -> None:
+    _GOOGLE_SPELLED.add(name)
+
+
+def flag_for(name: str, value: Any = None, model: type[BaseModel] | None = None) -> str:
+    """How the user would write setting ``name`` (with ``value``, for a switch: on or off), in the
+    spelling they used for it: ``--do_lower_case=False`` after Google's flags, else ours,
+    ``--no-do-lower-case``."""
+    s = next(s for s in settings_of(model or PrepareConfig) if s.name == name)
+    if s.google and name in _GOOGLE_SPELLED:
+        return f"--{s.google}={value}" if s.value_type is bool else f"--{s.google}"
+    if s.value_type is bool and value is not None:
+        return s.flags[0] if value else f"--no-{s.flags[0][2:]}"
+    return s.flags[0]
 
 
 @functools.cache

@@ -60,6 +60,7 @@ class TaskFailed(PipelineError, RuntimeError):
         super().__init__(f"task {task.task_id} ({task.describe()}) failed: {type(cause).__name__}: {cause}")
         self.task = task
         self.cause = cause
+        self.outcome: str | None = None  # set once the failure was logged: how the run went, the rest
 
 
 class Terminated(KeyboardInterrupt):

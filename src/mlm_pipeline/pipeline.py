@@ -100,7 +100,7 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
     forget_rejected(config.output, start.done, None if config.task_count is None else [t.task_id for t in tasks])
     done = start.done  # what the manifest needs of each completed task (not whole markers)
     # a resumed run in which a task fell back to HF goes on with HF (see _one_backend)
-    executor = executor_for(config if shared or not done.fell_back else _with_hf(config))
+    executor = executor_for(config if shared or not done.fell_back else _with_reference(config, done.reference))
     ran: list[str] = []
     manifest = None
     progress = Progress(
@@ -159,8 +159,8 @@ def _redo_rejected(config: PrepareConfig, start: RunStart, executor: Executor, r
     return None
 
 
-def _with_hf(config: PrepareConfig) -> PrepareConfig:
-    return config.model_copy(update={"tokenizer_backend": "hf"})
+def _with_reference(config: PrepareConfig, reference: str) -> PrepareConfig:
+    return config.model_copy(update={"tokenizer_backend": reference})
 
 
 def _one_backend(config: PrepareConfig, start: RunStart, done: CompletedTasks) -> CompletedTasks:
@@ -177,15 +177,16 @@ def _one_backend(config: PrepareConfig, start: RunStart, done: CompletedTasks) -
     redo = done.encoded_fast() if done.fell_back else []
     if not redo:
         return done
-    log.warning("tokenizer backend: task %s showed a difference from HF on its own text; the %d task(s) the fast "
-                "backend encoded are run again with hf, so that one backend encodes the whole run",
-                done.fell_back, len(redo))
+    reference = done.reference
+    log.warning("tokenizer backend: task %s showed a difference from %s on its own text; the %d task(s) the fast "
+                "backend encoded are run again with %s, so that one backend encodes the whole run",
+                done.fell_back, "HF" if reference == "hf" else reference, len(redo), reference)
     for task_id in redo:  # (a run stopped now redoes them on resume: its tasks go on with HF)
         fs.remove(layout.marker_url(config.output, task_id))
     wanted = set(redo)
     tasks = [t for t in start.plan.tasks if t.task_id in wanted]
     done = completed_tasks(config, start.plan)
-    for marker in executor_for(_with_hf(config)).run(tasks, lambda delta: None):
+    for marker in executor_for(_with_reference(config, reference)).run(tasks, lambda delta: None):
         done.add(marker)
     return done
 

@@ -22,6 +22,7 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances import BuildContext, ReferenceContext, TokenizedDocs, get_objective
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.masking import MaskingSpec, mask_batch
+from mlm_pipeline.masking.registry import needs_words
 from mlm_pipeline.plan import Task
 from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.run.state import write_marker
@@ -120,6 +121,12 @@ class _BlockStats:
         }
 
 
+def _word_continuation(config: PrepareConfig, tok: TextTokenizer) -> np.ndarray:
+    """How words are grouped for masking: the objective's rule if it has one, else the tokenizer's."""
+    rule = get_objective(config.objective).word_continuation
+    return tok.is_continuation if rule is None else rule(tok)
+
+
 def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
     return MaskingSpec(
         masked_lm_prob=config.masked_lm_prob,
@@ -128,7 +135,13 @@ def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
         mask_id=tok.special.mask,
         special_ids=tok.special_id_array,
         do_whole_word_mask=config.do_whole_word_mask,
-        is_continuation=tok.is_continuation if config.do_whole_word_mask else None,
+        is_continuation=_word_continuation(config, tok) if needs_words(config) else None,
+        scheme=config.masking_scheme,
+        ngram=config.ngram,
+        favor_shorter_ngram=config.favor_shorter_ngram,
+        geometric_p=config.geometric_p,
+        span_lower=config.span_lower,
+        span_upper=config.span_upper,
     )
 
 

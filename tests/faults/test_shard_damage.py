@@ -217,8 +217,9 @@ def test_verify_of_an_unfinished_run_says_so_and_fails(corpus, clean_run, tmp_pa
         marker.unlink()
     code, text = _cli("verify", out)
     assert code == 1, text
-    assert "ok: " in text and "match the task markers" in text
-    assert f"the run is not complete: 2 of its {clean['tasks']} tasks have not finished (no marker)" in text
+    assert "ok: " not in text and text.count("error: ") == 1  # (said "ok: N shards match", then the error)
+    assert f"the run is not complete: 2 of its {clean['tasks']} tasks have not finished (no marker); the " in text
+    assert "match the task markers" in text
     assert _cli("finalize", out)[0] != 0  # (finalize agrees)
     for damaged, says in (("[]", "is not a manifest of mlm-pipeline (no shards"),
                           ("{}", "is not a manifest of mlm-pipeline (no shards"), ('{"shards": [', "cannot parse")):

@@ -222,3 +222,22 @@ def test_spm_model_file_names_the_tokenizer(tmp_path):
     assert not build_config({"inputs": ["a.txt"], "output": "out", "tokenizer": "v.txt"}).do_whole_word_mask
     with pytest.raises(ConfigError, match="random-next-sentence"):
         build_config({"inputs": ["a.txt"], "output": "out", "tokenizer": "v.txt", "random_next_sentence": True})
+
+
+def test_albert_command_line_with_sentencepiece(tmp_path):
+    """ALBERT's command line with --spm_model_file (its --vocab_file is not read) reproduces the
+    SentencePiece golden through prepare: two files read as one corpus, in the order given."""
+    settings, expected = load_golden(GOLDEN, "spm-zh-en-200KB-s256-seed7", ALBERT_FEATURES)
+    out = tmp_path / "out"
+    inputs = ",".join(str(p) for p in CASES["spm-zh-en-200KB-s256-seed7"])
+    _cli(f"--input_file={inputs}", f"--output_file={out}", f"--vocab_file={tmp_path / 'not-read.vocab'}",
+         f"--spm_model_file={SPM_MODEL}", "--do_lower_case=true", "--max_seq_length=256",
+         "--max_predictions_per_seq=40", "--dupe_factor=1", "--random_seed=7", "--objective", "sop", "--reference",
+         "--no-progress")
+    from mlm_pipeline.formats.tfrecord import read_tfrecord_features
+
+    (shard,) = sorted(out.rglob("*.tfrecord"))
+    features = read_tfrecord_features(str(shard))
+    assert len(features["input_ids"]) == settings["examples"]
+    for name in ALBERT_FEATURES:
+        assert np.array_equal(features[name], expected[name]), name

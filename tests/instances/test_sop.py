@@ -101,7 +101,11 @@ def _masked(batch: InstanceBatch) -> np.ndarray:
 
 def _stats(batch: InstanceBatch) -> dict:
     masked = _masked(batch)
+    run_start = masked.copy()
+    run_start[1:] &= ~masked[:-1]
+    run_start[batch.offsets[:-1]] = masked[batch.offsets[:-1]]  # a row's first token starts its own run
     return {
+        "masked_run_length": float(masked.sum() / run_start.sum()),
         "examples": len(batch),
         "mean_length": float(batch.lengths.mean()),
         "label_1_share": float(batch.next_sentence_labels.mean()),
@@ -128,6 +132,8 @@ def test_statistics_match_albert_on_real_text(tok, text, dupe):
     assert abs(got["mean_length"] / want["mean_length"] - 1) <= 0.05, (got, want)
     assert abs(got["label_1_share"] - want["label_1_share"]) <= 0.05, (got, want)
     assert abs(got["token_boundary_share"] - want["token_boundary_share"]) <= 0.02, (got, want)
+    assert abs(got["masked_share"] - want["masked_share"]) <= 0.01, (got, want)
+    assert abs(got["masked_run_length"] / want["masked_run_length"] - 1) <= 0.10, (got, want)
 
 
 def _digests(out) -> list[tuple[str, str]]:
@@ -153,3 +159,39 @@ def test_same_bytes_with_one_and_two_workers_and_token_boundary_written(fmt, tmp
     batch = get_output_format(fmt).read(str(shard))
     assert batch.token_boundary is not None and len(batch.token_boundary) == len(batch.input_ids)
     assert set(np.unique(batch.token_boundary).tolist()) == {0, 1}
+
+
+def test_statistics_match_albert_with_sentencepiece(tmp_path):
+    """Default mode with ALBERT's SentencePiece model against ALBERT's script on Chinese and
+    English text: ALBERT's start-piece rule gives the same token_boundary share."""
+    from mlm_pipeline.tokenize import load_tokenizer
+    from mlm_pipeline.tokenize.albert_rules import AlbertSentencePiece
+    from conftest import DATA
+
+    model = DATA / "albert-spm-8k.model"
+    files = [DATA / "golden" / "electra" / "zh-en-200KB" / n for n in ("hongloumeng-zh-200KB.txt", "wikitext2-train-200KB.txt")]
+    tok = load_tokenizer(str(model), True)
+    text = [line for f in files for line in f.read_text(encoding="utf-8").splitlines()]
+    documents = [[]]
+    for line in text:
+        if line.strip():
+            documents[-1].append(line.strip())
+        elif documents[-1]:
+            documents.append([])
+    seq, dupe = 256, 2
+    config = build_config({"inputs": ["x.txt"], "output": "out", "tokenizer": str(model), "objective": "sop",
+                           "max_seq_length": seq, "max_predictions_per_seq": 40, "dupe_factor": dupe})
+    docs = tokenize_documents([d for d in documents if d], tok, ReadStats())
+    built, _ = get_objective("sop").build(docs, BuildContext(config, tok, rng(2)))
+    fast, _ = mask_batch(built, masking_spec(config, tok), rng(3))
+    fast.token_boundary = built.token_boundary
+    ref = InstanceBatch.concat([b for b, _ in albert_reference_batches(
+        [str(f) for f in files], AlbertSentencePiece(str(model)),
+        AlbertSettings(max_seq_length=seq, max_predictions_per_seq=40, dupe_factor=dupe, random_seed=7))])
+    got, want = _stats(fast), _stats(ref)
+    assert abs(got["examples"] / want["examples"] - 1) <= 0.10, (got, want)
+    assert abs(got["mean_length"] / want["mean_length"] - 1) <= 0.05, (got, want)
+    assert abs(got["label_1_share"] - want["label_1_share"]) <= 0.05, (got, want)
+    assert abs(got["token_boundary_share"] - want["token_boundary_share"]) <= 0.02, (got, want)
+    assert abs(got["masked_share"] - want["masked_share"]) <= 0.01, (got, want)
+    assert abs(got["masked_run_length"] / want["masked_run_length"] - 1) <= 0.10, (got, want)

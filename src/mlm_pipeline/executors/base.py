@@ -70,15 +70,22 @@ class Failures:
         self.failed: list[TaskFailed] = []
 
     def add(self, failure: TaskFailed) -> None:
-        log.error("%s", failure)
+        log.error("%s", failure)  # as it happens: the run goes on with the other tasks
         self.failed.append(failure)
 
     def raise_if_any(self) -> None:
-        """Raise the first failure, saying how the rest of the run went and how to finish it."""
+        """Raise the first failure, saying how the rest of the run went and how to finish it; its
+        ``outcome`` says the latter alone (each failure was logged as it happened, so the CLI
+        does not print the first again)."""
         if not self.failed:
             return
         first = self.failed[0]
         n = len(self.failed)
+        named = ", ".join(f.task.task_id for f in self.failed[:5]) + (" ..." if n > 5 else "")
+        plural = "s" if n > 1 else ""
+        first.outcome = (f"{n} of {self.total} tasks failed, the other {self.total - n} completed (task{plural} "
+                         f"{named}: the error{plural} above); fix the cause and run the same command again: only the "
+                         "failed tasks are redone")
         first.args = (f"{first}\n  {n} of {self.total} tasks failed, the other {self.total - n} completed; "
                       "fix the cause and run the same command again: only the failed tasks are redone",)
         raise first

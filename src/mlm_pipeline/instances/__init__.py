@@ -2,7 +2,7 @@
 
 Every objective is an :class:`~mlm_pipeline.instances.base.Objective` with one build signature,
 ``build(docs: TokenizedDocs, ctx: BuildContext) -> (InstanceBatch, counts)``; the task looks an
-objective up by ``config.objective`` and calls it, then masks (its own stage, ``masking.py``).
+objective up by ``config.objective`` and calls it, then masks (its own stage, ``mlm_pipeline.masking``).
 A new objective is one module here holding an ``OBJECTIVE`` plus one line in ``_registry`` below
 (or one ``register_objective`` call from anywhere, e.g. a test or a plug-in imported before the
 run).

@@ -575,6 +575,7 @@ ALBERT_REFERENCE = ReferenceMode(
     build=build_reference,
     unit="corpus",
     masking="static",
+    masking_schemes=("ngram",),
     help="google-research/albert create_pretraining_data.py, all inputs in one run (numpy seeded with "
     "np.random.seed(--random-seed))",
     tokenizer_warning=albert_tokenizer_warning,

@@ -12,7 +12,7 @@ A builder must be a pure function of ``(docs, ctx)``: every random draw comes fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -103,6 +103,7 @@ class ReferenceMode:
     help: str
     num_out_files: int | None = None
     tokenizer_warning: Callable[[TextTokenizer], str | None] | None = None
+    masking_schemes: tuple[str, ...] = ("token", "whole-word")  # the --masking-scheme values it reproduces
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,10 @@ class Objective:
     ``cuts_long_sentences``: a sentence longer than an instance loses its excess tokens (BERT's
     pairs are truncated, ELECTRA's examples end), so a paragraph read as one sentence loses much
     of itself; the plan warns of inputs that look like a paragraph per line.
-    ``setting_defaults``: settings whose default is this objective's when a run does not give
-    them (``sop``: whole-word masking, as ALBERT's script).
+    ``word_continuation(tokenizer)``: per id, whether the token continues a word, for the
+    masking schemes that mask words, when the objective's script groups words otherwise than the
+    tokenizer's marker (``sop``: ALBERT's start-piece test, which makes a CJK piece a word of its
+    own); None: the tokenizer's own ``is_continuation``.
     """
 
     name: str
@@ -140,7 +143,8 @@ class Objective:
     check: Callable[[Any], None] | None = None
     load_masking: Literal["dynamic", "electra"] = "dynamic"
     cuts_long_sentences: bool = False
-    setting_defaults: Mapping[str, Any] = field(default_factory=dict)
+    default_masking_scheme: str = "token"  # --masking-scheme when none is given (mlm_pipeline.masking)
+    word_continuation: Callable[[Any], np.ndarray] | None = None
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""

@@ -106,7 +106,12 @@ def _google_router(tokenizer: TextTokenizer) -> GoogleRulesRouter | None:
 def google_tokenizer_warning(tokenizer: TextTokenizer) -> str | None:
     """Why ``tokenizer`` cannot give the tokens of Google's tokenizer, if so: it is not Google's
     BERT tokenizer as HF writes it (``google_rules.google_rules_of``), so it splits by its own
-    rules. None for the ``electra`` flavor, which follows ELECTRA's tokenizer by construction."""
+    rules. None for the ``electra`` flavor, which follows ELECTRA's tokenizer by construction.
+    A SentencePiece model is refused: Google's script reads a WordPiece vocabulary only."""
+    if getattr(tokenizer, "sentencepiece", None) is not None:
+        raise TokenizerError(f"--reference reproduces Google's BERT script here, which reads a WordPiece vocab.txt; "
+                             f"{tokenizer.path} is a SentencePiece model (drop --reference: the default mode "
+                             "builds the same kind of instances with it)")
     if tokenizer.flavor != "bert" or _google_router(tokenizer) is not None:
         return None
     return (f"--reference: the tokenizer {tokenizer.path} is not Google's BERT tokenizer as HF writes it "

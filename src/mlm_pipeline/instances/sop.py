@@ -44,6 +44,12 @@ def boundary_table(tokenizer) -> np.ndarray:
     return (~np.asarray(tokenizer.is_continuation[: tokenizer.vocab_size], bool)).astype(np.uint8)
 
 
+def word_continuation(tokenizer) -> np.ndarray:
+    """Per id, whether it continues a word for masking: the complement of ``token_boundary``, so
+    n-grams and whole words are ALBERT's words (a CJK piece is one, as in ALBERT's script)."""
+    return boundary_table(tokenizer) == 0
+
+
 def with_token_boundary(batch: InstanceBatch, table: np.ndarray) -> InstanceBatch:
     """``batch`` with ``token_boundary`` from its (unmasked) ids; ``[CLS]`` and both ``[SEP]`` 1."""
     boundary = table[np.minimum(batch.input_ids, len(table) - 1)].astype(np.int8)
@@ -88,5 +94,6 @@ OBJECTIVE = Objective(
     reference=ALBERT_REFERENCE,
     check=check_settings,
     cuts_long_sentences=True,
-    setting_defaults={"do_whole_word_mask": True},
+    default_masking_scheme="ngram",
+    word_continuation=word_continuation,
 )

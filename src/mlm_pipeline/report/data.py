@@ -227,7 +227,7 @@ def _lost_why(manifest: dict) -> str:
            f"{t.get('truncated_pairs', 0):,} pairs longer than --max-seq-length were truncated, as Google's script "
            "truncates them")
     fixes = ([] if config.get("sentence_split") else
-             ["for text with a paragraph per line, --sentence-split splits lines into sentences"])
+             ["if the text holds a paragraph per line, --sentence-split splits lines into sentences"])
     fixes.append(f"a larger --max-seq-length (now {config.get('max_seq_length')}) keeps more")
     return f"{how}; " + ", or ".join(fixes)
 

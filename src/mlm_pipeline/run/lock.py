@@ -42,7 +42,10 @@ class RunLock:
 
         _, directory = fs.get_fs(self.output)
         if os.path.exists(directory) and not os.path.isdir(directory):
-            raise OutputError(f"the output {self.output} is a file, not a directory: give a directory for --output")
+            from mlm_pipeline.config import flag_for
+
+            raise OutputError(f"the output {self.output} is a file, not a directory: give a directory for "
+                              f"{flag_for('output')} (it receives the shards, the task markers and manifest.json)")
         try:
             self._made = _missing_dirs(directory)
             os.makedirs(directory, exist_ok=True)

@@ -21,6 +21,7 @@ from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
 from mlm_pipeline.formats.sink import tidy_tmp
+from mlm_pipeline.masking import scheme_record
 from mlm_pipeline.plan import Plan
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.state import CompletedTasks, completed_tasks, done_task_ids, load_run
@@ -54,6 +55,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         "format": config.format,
         "objective": config.objective,
         "masking": config.masking,
+        "masking_scheme": scheme_record(config) if config.masking == "static" else None,
         "reference_mode": config.reference,
         "config": config.output_settings(),
         "output_fingerprint": record["output_fingerprint"],

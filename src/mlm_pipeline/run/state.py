@@ -25,6 +25,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
+from mlm_pipeline.masking.registry import check_tokenizer
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
@@ -72,7 +73,8 @@ class CompletedTasks:
         self._times: dict[int, dict] = {}  # plan index -> when and how fast the task ran
         self._stats: dict = {}
         self._backends: Counter[str] = Counter()
-        self._fast: set[int] = set()  # plan indices of the tasks a backend other than HF encoded
+        self._fast: set[int] = set()  # plan indices of the tasks a backend other than the reference encoded
+        self.reference = "hf"  # the backend every other is checked against (sentencepiece for a .model)
         self._fell_back: str | None = None  # a task whose own text showed the fast backend differing from HF
         self.rejected: dict[str, bytes] = {}  # task id -> the bytes of its marker, read and found stale
 
@@ -95,7 +97,8 @@ class CompletedTasks:
         add_counts(self._stats, marker["stats"])
         backend = marker.get("tokenizer_backend", {})
         self._backends[json.dumps(backend, sort_keys=True)] += 1
-        if backend.get("backend", "hf") != "hf":
+        self.reference = backend.get("reference", "hf")  # sentencepiece for a SentencePiece model
+        if backend.get("backend", "hf") != self.reference:
             self._fast.add(index)
         if backend.get("fallback_from") and self._fell_back is None:
             self._fell_back = marker["task_id"]
@@ -125,7 +128,7 @@ class CompletedTasks:
         return self._fell_back
 
     def encoded_fast(self) -> list[str]:
-        """The ids of the tasks a backend other than HF encoded, in plan order."""
+        """The ids of the tasks a backend other than the reference (``reference``) encoded, in plan order."""
         ids = {index: task_id for task_id, index in self._index.items()}
         return [ids[index] for index in sorted(self._fast)]
 
@@ -183,11 +186,13 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
     if config.reference and (check := get_objective(config.objective).reference.tokenizer_warning) is not None:
         if (warning := check(tok)) is not None:
             log.warning("%s", warning)
-    if config.do_whole_word_mask and config.masking != "static":
-        how = ("; mask whole words when loading them (dataset.collator(whole_word_mask=True))"
-               if get_objective(config.objective).load_masking == "dynamic" else "")
-        log.warning("--do-whole-word-mask has no effect with --masking %s: the shards hold no masks%s",
-                    config.masking, how)
+    check_tokenizer(config, tok)
+    if (scheme := config.masking_scheme) != "token" and config.masking != "static":
+        wwm, dynamic = scheme == "whole-word", get_objective(config.objective).load_masking == "dynamic"
+        how = (f"; mask {'whole words' if wwm else 'so'} when loading them (dataset.collator("
+               f"{'whole_word_mask=True' if wwm else f'masking_scheme={scheme!r}'}))" if dynamic else "")
+        log.warning("%s has no effect with --masking %s: the shards hold no masks%s",
+                    "--do-whole-word-mask" if wwm else f"--masking-scheme {scheme}", config.masking, how)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(

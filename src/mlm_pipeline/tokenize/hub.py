@@ -1,12 +1,13 @@
 """Tokenizers named by their Hugging Face hub id (``-t bert-base-uncased``).
 
 A name that is not a local path but reads as a hub id (``name`` or ``org/name``, not ending in
-``.txt`` or ``.json``) is looked up with ``huggingface_hub``: from the local HF cache
+``.txt``, ``.json`` or ``.model``) is looked up with ``huggingface_hub``: from the local HF cache
 (``HF_HOME``, ``HF_HUB_CACHE``), downloaded into it when the network allows, or, with
 ``HF_HUB_OFFLINE=1`` or the hub out of reach and nothing cached, refused at once with a message
 that says how to get it. Only the tokenizer's files are fetched, never the weights; the directory
 they land in is then read as any local model directory (``tokenizer.json`` first, else
-``vocab.txt`` with its ``tokenizer_config.json``).
+``vocab.txt`` with its ``tokenizer_config.json``; ALBERT's, XLM-R's, CamemBERT's and T5's by their
+SentencePiece model: see ``spm.py``).
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import os
 import re
 
 from mlm_pipeline.errors import TokenizerError
+from mlm_pipeline.tokenize.spm import MODEL_FILES
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+# config.json: its model_type tells an ALBERT, XLM-R, CamemBERT or T5 model (spm.directory_model)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", *MODEL_FILES, "config.json")
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
 def looks_like_hub_name(name: str) -> bool:
     """``bert-base-uncased`` or ``google/electra-small-discriminator``, not ``tok/vocab.txt``."""
-    return bool(_HUB_ID.fullmatch(name)) and not name.endswith((".txt", ".json")) and ".." not in name
+    return bool(_HUB_ID.fullmatch(name)) and not name.endswith((".txt", ".json", ".model")) and ".." not in name
 
 
 def hub_tokenizer_dir(name: str) -> str:
@@ -55,11 +58,12 @@ def hub_tokenizer_dir(name: str) -> str:
             continue
         except OSError as exc:  # network errors
             unreachable = unreachable or exc
-    for main in ("tokenizer.json", "vocab.txt"):
+    for main in ("tokenizer.json", "vocab.txt", *MODEL_FILES):
         if main in found:
             return os.path.dirname(found[main])
     if unreachable is None:
-        raise TokenizerError(f"hub model {name!r} has neither tokenizer.json nor vocab.txt")
+        raise TokenizerError(f"hub model {name!r} has no tokenizer.json, vocab.txt or SentencePiece model "
+                             f"({', '.join(MODEL_FILES)})")
     if constants.HF_HUB_OFFLINE:
         why, unset = "HF_HUB_OFFLINE is set", ", or unset HF_HUB_OFFLINE"
     else:
@@ -68,7 +72,7 @@ def hub_tokenizer_dir(name: str) -> str:
         f"tokenizer {name!r}: there is no such local file or directory ({os.path.abspath(name)}), the Hugging "
         f"Face cache ({constants.HF_HUB_CACHE}) does not hold it, and {why}. Fetch it once where the network "
         f"allows: `hf download {name} {' '.join(TOKENIZER_FILES)}` (into the same cache, or copy the cache)"
-        f"{unset}, or pass a local vocab.txt, tokenizer.json or model directory with -t")
+        f"{unset}, or pass a local vocab.txt, tokenizer.json, SentencePiece .model or model directory with -t")
 
 
 PROBE_TIMEOUT = 5.0  # seconds; HF_HUB_ETAG_TIMEOUT, when set, is used instead

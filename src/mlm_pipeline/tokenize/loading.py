@@ -1,8 +1,9 @@
 """Tokenizer loading and batched encoding to flat numpy arrays (HF ``tokenizers``, Rust).
 
-Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, a local Hugging
-Face model directory holding either, or a hub model name (``bert-base-uncased``: see ``hub.py``). Truncation and padding stored in a ``tokenizer.json`` are
-switched off: instance building decides lengths, not the tokenizer.
+Accepts a WordPiece ``vocab.txt`` (Google's BERT format), a ``tokenizer.json``, a SentencePiece
+``.model`` (``spm.py``), a local Hugging Face model directory holding any of them, or a hub model
+name (``bert-base-uncased``: see ``hub.py``). Truncation and padding stored in a
+``tokenizer.json`` are switched off: instance building decides lengths, not the tokenizer.
 
 Two flavors of text normalization: ``bert`` (HF's ``BertNormalizer`` and ``BertPreTokenizer``, as
 stored or as ``BertWordPieceTokenizer`` builds them) and ``electra`` (google-research/electra's
@@ -25,7 +26,9 @@ from tokenizers.implementations import BertWordPieceTokenizer
 
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.errors import ConfigError, TokenizerError
+from mlm_pipeline.tokenize import spm
 from mlm_pipeline.tokenize.backends import BACKENDS, HFEncoder, backend_names
+from mlm_pipeline.tokenize.backends.spm import SentencePieceEncoder
 from mlm_pipeline.tokenize.hub import hub_tokenizer_dir, looks_like_hub_name
 from mlm_pipeline.tokenize.google_rules import (
     TOKENIZER_FLAVORS,
@@ -72,7 +75,8 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
                 if settings.get("strip_accents") is not None:
                     strip_accents = bool(settings["strip_accents"])
             return _resolve(str(p / "vocab.txt"), do_lower_case, flavor, strip_accents)
-        raise TokenizerError(f"{path} is a directory without tokenizer.json or vocab.txt")
+        raise TokenizerError(f"{path} is a directory without tokenizer.json, vocab.txt or a SentencePiece model "
+                             f"({', '.join(spm.MODEL_FILES)})")
     if p.suffix == ".json":
         try:
             tok = Tokenizer.from_file(str(p))
@@ -99,6 +103,59 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
     return tok, "wordpiece-vocab", None
 
 
+def _local(path: str) -> str:
+    """``path``, or for a hub name that is not a local path the directory of its cached files."""
+    if not Path(path).exists() and looks_like_hub_name(path):  # bert-base-uncased: from the HF cache, or the hub
+        return hub_tokenizer_dir(path)
+    return path
+
+
+def _sentencepiece(path: str, do_lower_case: bool, flavor: str) -> spm.SpmModel | None:
+    """The SentencePiece model ``path`` names, or None: a ``.model`` file, a model directory of
+    ALBERT, XLM-R, CamemBERT or T5 (``spm.directory_model``: read by its model file, checked
+    against the library, rather than by its ``tokenizer.json``), or one with a model file and
+    neither ``tokenizer.json`` nor ``vocab.txt``."""
+    p = Path(path)
+    found = None
+    if p.is_file() and p.suffix == ".model":
+        found = (str(p), "own", None)
+    elif p.is_dir():
+        found = spm.directory_model(p, do_lower_case)
+        model = next((p / n for n in spm.MODEL_FILES if (p / n).is_file()), None)
+        if found is None and model is not None and not (p / "tokenizer.json").is_file() \
+                and not (p / "vocab.txt").is_file():
+            found = (str(model), "own", None)
+    if found is None:
+        return None
+    if flavor == "electra":
+        raise TokenizerError(f"tokenizer flavor 'electra' needs a WordPiece vocabulary; {path} is a SentencePiece "
+                             "model")
+    model_path, layout, rules = found
+    return spm.read_model(model_path, layout=layout, albert=rules, do_lower_case=do_lower_case)
+
+
+def model_type_of(tok: Tokenizer) -> str:
+    """``wordpiece``, ``sentencepiece`` (a Unigram model, or BPE with ``▁`` word starts),
+    ``byte-level-bpe`` (``Ġ`` word starts) or ``bpe`` (other)."""
+    name = type(tok.model).__name__
+    if name == "WordPiece":
+        return "wordpiece"
+    if name == "Unigram":
+        return "sentencepiece"
+    # the components' own JSON (the whole tokenizer's took 0.2 s for a 50k BPE vocabulary)
+    parts = b" ".join(c.__getstate__() for c in (tok.pre_tokenizer, tok.normalizer, tok.decoder) if c is not None)
+    if b'"ByteLevel"' in parts:
+        return "byte-level-bpe"
+    if b'"Metaspace"' in parts or "\u2581".encode() in parts or b"\\u2581" in parts:
+        return "sentencepiece"
+    return "bpe"
+
+
+WORD_MARKERS = {"wordpiece": "##", "sentencepiece": "▁", "byte-level-bpe": "Ġ"}
+"""The marker of each model type's pieces: ``##`` starts a continuation (WordPiece); ``▁`` and
+``Ġ`` start a word."""
+
+
 def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None,
              kind: str) -> tuple[Tokenizer, str, tuple[bool, bool]]:
     """:func:`_resolve`'s answer for the ``electra`` flavor (``strip_accents`` None: as lower-casing)."""
@@ -106,23 +163,67 @@ def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None,
     return electra_tokenizer(vocab, lowercase, strip), kind, (lowercase, lowercase and strip)
 
 
-def _continuation_table(tok: Tokenizer) -> np.ndarray:
-    """``True`` for vocabulary entries that continue a word (used by whole-word masking).
+def _component_types(component) -> set[str]:
+    """The ``type`` names of a pre-tokenizer or decoder, those inside a ``Sequence`` included."""
+    if component is None:
+        return set()
+    try:
+        spec = json.loads(component.__getstate__())
+    except Exception:  # (not a serialisable component)
+        return {type(component).__name__}
+    found, todo = set(), [spec]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            found.add(str(item.get("type")))
+            todo.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
-    WordPiece marks continuations with a prefix (``##``); byte-level BPE and SentencePiece mark
-    word *starts* (``Ġ``, ``▁``) instead, so there a token without the marker continues a word.
+
+def word_marker(tok: Tokenizer) -> tuple[str, str] | None:
+    """How this tokenizer marks words, from its model and pre-tokenizer (not guessed from
+    tokens): ``("continuation", prefix)`` (WordPiece's ``##``, or a BPE's continuing-subword
+    prefix), ``("start", marker)`` (byte-level BPE's ``Ġ``, SentencePiece's ``▁``), or None
+    (no word boundaries it marks: whole-word masking is refused)."""
+    model = tok.model
+    kind = type(model).__name__
+    prefix = getattr(model, "continuing_subword_prefix", None)
+    if kind == "WordPiece":
+        return "continuation", prefix or "##"
+    types = _component_types(tok.pre_tokenizer) | _component_types(tok.decoder)
+    if "ByteLevel" in types:
+        return "start", "Ġ"
+    if "Metaspace" in types or kind == "Unigram":
+        replacement = getattr(tok.pre_tokenizer, "replacement", None)
+        return "start", replacement if isinstance(replacement, str) and replacement else "▁"
+    if kind == "BPE" and prefix:
+        return "continuation", prefix
+    return None
+
+
+def _continuation_table(tok: Tokenizer) -> np.ndarray:
+    """``True`` for vocabulary entries that continue a word (used by the whole-word schemes), by
+    the tokenizer's own marker (:func:`word_marker`): WordPiece marks continuations with a
+    prefix (``##``); byte-level BPE and SentencePiece mark word *starts* (``Ġ``, ``▁``), so
+    there a token without the marker continues a word. Added tokens (``<s>``, ``[MASK]``...)
+    never continue one; with no marker, no token does.
     """
     vocab = tok.get_vocab(with_added_tokens=True)
     table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    marker = word_marker(tok)
+    if marker is None:
+        return table
     tokens = vocab.items()  # ids are unique: no need to sort
-    model = tok.model  # the model object's attributes: no JSON round trip of the whole tokenizer
-    if type(model).__name__ == "WordPiece":
-        prefix = getattr(model, "continuing_subword_prefix", None) or "##"
-        flags = [t.startswith(prefix) and len(t) > len(prefix) for t, _ in tokens]
+    how, mark = marker
+    if how == "continuation":
+        flags = [t.startswith(mark) and len(t) > len(mark) for t, _ in tokens]
     else:
-        starts = ("Ġ", "▁")
-        flags = [not t.startswith(starts) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
+        flags = [not t.startswith(mark) and not (t.startswith("<") and t.endswith(">")) for t, _ in tokens]
     table[np.fromiter((i for _, i in tokens), dtype=np.int64, count=len(tokens))] = flags
+    added = [i for i in tok.get_added_tokens_decoder()] if hasattr(tok, "get_added_tokens_decoder") else []
+    table[np.asarray(added, dtype=np.int64)] = False
     return table
 
 
@@ -142,13 +243,16 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
     words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
              if t is not None and not (t.startswith("[") and t.endswith("]"))]
     cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
+    from mlm_pipeline.config import flag_for
+
     lower = tok.lowercases
     if cased and lower:
         return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
-                "--no-do-lower-case uses them")
+                f"{flag_for('do_lower_case', False)} uses them")
     if not cased and not lower:
-        return ("the vocabulary is uncased (no upper-case entries) but --no-do-lower-case keeps the text's "
-                "case: capitalised words become [UNK] or pieces; drop --no-do-lower-case")
+        off = flag_for("do_lower_case", False)
+        return (f"the vocabulary is uncased (no upper-case entries) but {off} keeps the text's case: capitalised "
+                f"words become [UNK] or pieces; drop {off}")
     return None
 
 
@@ -183,11 +287,19 @@ class TextTokenizer:
     def __init__(self, path: str, *, do_lower_case: bool = True, flavor: str = "bert", backend: str = "auto"):
         if flavor not in TOKENIZER_FLAVORS:
             raise TokenizerError(f"unknown tokenizer flavor {flavor!r} (choose {' or '.join(TOKENIZER_FLAVORS)})")
-        tok, kind, electra_case = _resolve(path, do_lower_case, flavor)
+        local = _local(path)
+        model = _sentencepiece(local, do_lower_case, flavor)
+        if model is not None:
+            self._init_sentencepiece(path, model, do_lower_case, flavor, backend)
+            return
+        tok, kind, electra_case = _resolve(local, do_lower_case, flavor)
         tok.no_truncation()
         tok.no_padding()
         self.path = path
         self.kind = kind
+        self.model_type = model_type_of(tok)
+        self.sentencepiece: spm.SpmModel | None = None
+        self._albert: spm.AlbertRules | None = None
         self.do_lower_case = do_lower_case
         self.flavor = flavor
         # ELECTRA lower-cases a capital sigma by context, which HF's Lowercase cannot, and orders
@@ -221,15 +333,66 @@ class TextTokenizer:
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
         self.checked = CheckedEncoder(tok, backend)
 
+    def _init_sentencepiece(self, path: str, model: spm.SpmModel, do_lower_case: bool, flavor: str,
+                            backend: str) -> None:
+        """A SentencePiece model: encoded by the ``sentencepiece`` library (the reference) or by
+        HF's conversion where that gives the same ids; roles from the model (``spm.py``)."""
+        self.path = path
+        self.kind = "sentencepiece-model"
+        self.model_type = "sentencepiece"
+        self.sentencepiece = model
+        self._albert = model.albert
+        self.do_lower_case = do_lower_case
+        self.flavor = flavor
+        self._lower_in_python = False
+        self._strip_accents = True
+        self.lowercases = model.albert is not None and model.albert.do_lower_case
+        try:
+            tok = spm.to_hf(model)
+        except TokenizerError as exc:  # a BPE model: the library only
+            log.info("%s", exc)
+            tok = None
+        self.tokenizer = tok
+        self._pieces = model.pieces
+        roles = model.roles
+        self.missing_unk = None
+        self.special = SpecialIds(cls=roles["cls"], sep=roles["sep"], mask=roles["mask"], pad=roles["pad"])
+        self.unk_id = roles["unk"]
+        self.vocab_size = model.vocab_size
+        self.special_id_array = np.array(sorted(set(roles.values())), dtype=np.int32)
+        if model.appended:
+            log.warning("SentencePiece model %s has no piece for %s: appended after its %d pieces as id %s (a "
+                        "model trained on these shards needs %d embeddings)", model.path, ", ".join(model.appended),
+                        model.vocab_size - len(model.appended),
+                        ", ".join(str(model.vocab_size - len(model.appended) + i) for i in range(len(model.appended))),
+                        model.vocab_size)
+        self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model))
+
+    @property
+    def word_marker(self) -> str | None:
+        """The marker whole-word masking reads (``WORD_MARKERS``): ``##`` continues a word, ``▁`` and
+        ``Ġ`` start one; None for other BPE tokenizers."""
+        return WORD_MARKERS.get(self.model_type)
+
     @functools.cached_property
     def is_continuation(self) -> np.ndarray:
         """Per id, whether it continues a word: for whole-word masking only, so built on first
         use (a Python pass over the vocabulary, about 30 ms)."""
+        if self.sentencepiece is not None:
+            return spm.continuation_table(self.sentencepiece)
         return _continuation_table(self.tokenizer)
 
     @functools.cached_property
+    def word_marker(self) -> tuple[str, str] | None:
+        """How the tokenizer marks words (:func:`word_marker`); None: it marks none."""
+        return word_marker(self.tokenizer)
+
+    @functools.cached_property
     def fingerprint(self) -> str:
-        """sha256 of the serialised tokenizer (vocab, normaliser, lower-casing...)."""
+        """sha256 of the serialised tokenizer (vocab, normaliser, lower-casing...); of a
+        SentencePiece model, of its bytes and how it is read (``SpmModel.fingerprint``)."""
+        if self.sentencepiece is not None:
+            return self.sentencepiece.fingerprint()
         return hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
 
     @property
@@ -249,19 +412,30 @@ class TextTokenizer:
         """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        return self.checked.encode_batch(self._preprocess(texts))
+
+    def _preprocess(self, texts: list[str]) -> list[str]:
+        """What the text rules do in Python before any backend: ELECTRA's case and accents,
+        ALBERT's ``preprocess_text``."""
         if self._lower_in_python:
-            texts = [t if t.isascii() else electra_in_python(t, self._strip_accents) for t in texts]
-        return self.checked.encode_batch(texts)
+            return [t if t.isascii() else electra_in_python(t, self._strip_accents) for t in texts]
+        if self._albert is not None:
+            return list(map(self._albert.preprocess, texts))
+        return texts
 
     def begin_task(self) -> None:
         """A task starts: the backend chosen at load encodes again (:meth:`CheckedEncoder.begin_task`)."""
         self.checked.begin_task()
 
     def check_block(self, texts: list[str], where: str) -> None:
-        """Compare the backend with HF on real input; on a difference use HF for the rest of the task."""
-        self.checked.check_block(texts, where)
+        """Compare the backend with the reference (HF, or the sentencepiece library) on real input;
+        on a difference use the reference for the rest of the task."""
+        self.checked.check_block(self._preprocess(texts), where)
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
+        if self.sentencepiece is not None:
+            n = len(self._pieces)
+            return [self._pieces[int(i)] if 0 <= int(i) < n else f"<{int(i)}>" for i in ids]
         return [self.tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
 
 
@@ -270,21 +444,29 @@ def _info(encoder) -> dict:
 
 
 class CheckedEncoder:
-    """The fastest backend that gives HF's ids for one HF tokenizer, and the guard that keeps it so.
+    """The fastest backend that gives the reference's ids for one tokenizer, and the guard that
+    keeps it so. The reference is HF, or for a SentencePiece model the ``sentencepiece`` library
+    (``reference``), with HF's conversion of the model (``tok``, None where there is none) a
+    candidate like any other.
 
     At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
-    HF does; ``check_block`` compares it with HF again on real input (each task's first texts).
-    On any difference HF encodes for the rest of that task (``begin_task`` starts the next one
-    with the backend chosen at load), with a warning naming the text, and ``info`` (what the
-    task marker and the manifest record) says so.
+    the reference does; ``check_block`` compares it with the reference again on real input (each
+    task's first texts). On any difference the reference encodes for the rest of that task
+    (``begin_task`` starts the next one with the backend chosen at load), with a warning naming
+    the text, and ``info`` (what the task marker and the manifest record) says so.
     """
 
-    def __init__(self, tok: Tokenizer, requested: str = "auto"):
-        self.reference = HFEncoder(tok)
-        # the checks compare with the HF tokenizer as it is (no ASCII route: their few texts
-        # gain nothing from it)
-        self._plain = HFEncoder(tok, ascii_route=False)
+    def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None):
+        if reference is None:
+            self.reference = HFEncoder(tok)
+            # the checks compare with the HF tokenizer as it is (no ASCII route: their few texts
+            # gain nothing from it)
+            self._plain = HFEncoder(tok, ascii_route=False)
+        else:
+            self.reference = self._plain = reference
         self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
+        if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
+            self.info["reference"] = self.reference.name
         self._chosen = (self.encoder, self.info)
 
     def begin_task(self) -> None:
@@ -302,26 +484,34 @@ class CheckedEncoder:
             return
         i = first_difference(texts, self.encoder, self._plain)
         if i is not None:
-            self._fall_back(f"{where}: ids differ from HF on text {texts[i][:200]!r}")
+            self._fall_back(f"{where}: ids differ from {_label(self.reference)} on text {texts[i][:200]!r}")
 
     def _fall_back(self, reason: str) -> None:
-        log.warning("tokenizer backend %s falls back to hf: %s", self.encoder.name, reason)
+        log.warning("tokenizer backend %s falls back to %s: %s", self.encoder.name, self.reference.name, reason)
         self.info = {**_info(self.reference), "requested": self.info["requested"],
-                     "fallback_from": self.encoder.name, "fallback_reason": reason}
+                     "fallback_from": self.encoder.name, "fallback_reason": reason,
+                     **({"reference": self.info["reference"]} if "reference" in self.info else {})}
         self.encoder = self.reference
 
 
-def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str,
-                    plain: HFEncoder) -> tuple[object, dict]:
+def _label(reference) -> str:
+    return "HF" if reference.name == HFEncoder.name else reference.name
+
+
+def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> tuple[object, dict]:
     """The encoder to use and what to record about it (``auto``: the fastest that is exact, as
-    ``plain``, the HF tokenizer as it is, encodes the probes)."""
+    ``plain``, the reference as it is, encodes the probes)."""
     if requested not in backend_names():
         raise ConfigError(f"unknown tokenizer backend {requested!r}; choose one of {', '.join(backend_names())}")
     reasons = {}
     for name in (BACKENDS if requested == "auto" else [requested]):
         if name == reference.name:
             break
+        if requested == "auto" and not getattr(BACKENDS[name], "from_hf", True):
+            continue  # built from another kind of tokenizer (a SentencePiece model): not this one
         try:
+            if tok is None:
+                raise ValueError("no HF conversion of this tokenizer")
             encoder = BACKENDS[name](tok)
         except Exception as exc:  # library missing, or a configuration it does not implement
             reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -329,15 +519,16 @@ def _choose_backend(tok: Tokenizer, reference: HFEncoder, requested: str,
         i = first_difference(list(PROBES), encoder, plain)
         if i is None:
             return encoder, {**_info(encoder), "requested": requested}
-        reasons[name] = f"self-check: ids differ from HF on probe {PROBES[i][:80]!r}"
+        reasons[name] = f"self-check: ids differ from {_label(reference)} on probe {PROBES[i][:80]!r}"
     info = {**_info(reference), "requested": requested}
     if reasons:
         info["fallback_reason"] = "; ".join(f"{k}: {v}" for k, v in reasons.items())
         # a difference from HF, or a backend asked for by name, is news; in auto mode a backend
-        # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not
+        # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not:
+        # the manifest records it (tokenizer_backend), and -v does not repeat it at every load
         checked = any("self-check" in r for r in reasons.values())
-        log.log(logging.WARNING if requested != "auto" or checked else logging.INFO,
-                "tokenizer backend falls back to hf: %s", info["fallback_reason"])
+        log.log(logging.WARNING if requested != "auto" or checked else logging.DEBUG,
+                "tokenizer backend falls back to %s: %s", reference.name, info["fallback_reason"])
     return reference, info
 
 

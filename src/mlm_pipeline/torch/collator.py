@@ -8,9 +8,11 @@ word is ever partly masked). Each chosen position becomes the mask token with pr
 a uniformly random vocabulary id with 0.1, and stays itself with 0.1.
 
 Words come from the tokenizer's ``is_continuation`` table (WordPiece ``##`` pieces; for
-byte-level BPE and SentencePiece, tokens without the ``Ġ``/``▁`` word-start marker), so whole-word
-masking works for any tokenizer ``mlm_pipeline.tokenize`` loads. A token right after a special
-token or padding always starts a word.
+byte-level BPE and SentencePiece, tokens without the ``Ġ``/``▁`` word-start marker, the marker
+decided by the tokenizer's model and pre-tokenizer). A token right after a special token or
+padding always starts a word. Other schemes of :mod:`mlm_pipeline.masking` (``ngram``,
+``span``) run the registry's code on the batch's rows laid end to end, with their draws taken
+from the same counter-based hash.
 
 ELECTRA's masking (``masking="electra"``, for outputs of ``--objective electra``) is
 google-research/electra's, from :mod:`mlm_pipeline.electra_masking`: ``k`` positions drawn
@@ -139,6 +141,22 @@ def choose_whole_words(cand: torch.Tensor, continuation: torch.Tensor, u: torch.
     return chosen.reshape(n, width)
 
 
+class HashDraws:
+    """A masking scheme's draws at load time: hashes of (the sample's key, column, purpose), so a
+    sample's mask depends on the sample and the epoch only (see the module docstring)."""
+
+    def __init__(self, keys: torch.Tensor):
+        self.keys = keys
+
+    def grid(self, rows: np.ndarray, width: int, purpose: int) -> np.ndarray:
+        cols = torch.arange(width, dtype=torch.int64)[None, :].expand(len(rows), width)
+        return uniform(self.keys[torch.from_numpy(np.asarray(rows, dtype=np.int64))][:, None], cols, purpose).numpy()
+
+    def at(self, rows: np.ndarray, cols: np.ndarray, purpose: int) -> np.ndarray:
+        rows = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        return uniform(self.keys[rows], torch.from_numpy(np.asarray(cols, dtype=np.int64)), purpose).numpy()
+
+
 class MLMCollator:
     """Collate :class:`~mlm_pipeline.torch.MLMDataset` samples into ``BertForPreTraining`` inputs.
 
@@ -151,7 +169,11 @@ class MLMCollator:
         mlm_probability, max_predictions: ``k`` per instance as above (``None``: no cap; for
             ELECTRA's masking ``None`` is its ``int((p + 0.005) * L)`` with ``L`` = ``max_length``,
             so it needs one of the two).
-        whole_word_mask: mask whole words (dynamic masking only).
+        whole_word_mask: mask whole words (dynamic masking only): ``masking_scheme="whole-word"``.
+        masking_scheme: the scheme of dynamic masking, a name of :mod:`mlm_pipeline.masking`'s
+            registry: ``token`` (the default), ``whole-word``, ``ngram`` (ALBERT's), ``span``
+            (SpanBERT's, 80/10/10 per span); ``ngram``, ``favor_shorter_ngram``, ``geometric_p``,
+            ``span_lower``, ``span_upper`` are their parameters, as ``prepare``'s flags.
         seed: seed of the dynamic masks (with the sample's ``epoch`` and ``index``).
         nsp: include ``next_sentence_label`` (for ``BertForPreTraining``; leave out for
             ``BertForMaskedLM``).
@@ -174,6 +196,12 @@ class MLMCollator:
         mlm_probability: float = 0.15,
         max_predictions: int | None = None,
         whole_word_mask: bool = False,
+        masking_scheme: str | None = None,
+        ngram: int = 3,
+        favor_shorter_ngram: bool = True,
+        geometric_p: float = 0.2,
+        span_lower: int = 1,
+        span_upper: int = 10,
         seed: int = 0,
         nsp: bool = True,
         pad_to_multiple_of: int | None = None,
@@ -196,6 +224,21 @@ class MLMCollator:
                              "from the batch's width, an instance's mask would depend on the batch it is in")
         if whole_word_mask and masking != "dynamic":
             raise ValueError("whole_word_mask applies to dynamic masking (not to static or ELECTRA's masking)")
+        if whole_word_mask and masking_scheme not in (None, "whole-word"):
+            raise ValueError(f"whole_word_mask asks for masking_scheme='whole-word', not {masking_scheme!r}")
+        scheme = "whole-word" if whole_word_mask else masking_scheme or "token"
+        if scheme != "token" and masking != "dynamic":
+            raise ValueError(f"masking_scheme={scheme!r} applies to dynamic masking (not to static or ELECTRA's masking)")
+        from mlm_pipeline.masking import get_masking_scheme  # (ConfigError, a ValueError, for an unknown name)
+
+        self._scheme = get_masking_scheme(scheme)
+        if self._scheme.whole_words != "never" and getattr(tokenizer, "word_marker", True) is None:
+            raise ValueError(f"masking_scheme={scheme!r} masks whole words, but the tokenizer marks no word "
+                             "boundaries (no ## pieces, no ▁ or Ġ word starts)")
+        self._scheme_params = dict(ngram=ngram, favor_shorter_ngram=favor_shorter_ngram, geometric_p=geometric_p,
+                                   span_lower=span_lower, span_upper=span_upper)
+        if ngram < 1 or not 0.0 < geometric_p <= 1.0 or not 1 <= span_lower <= span_upper:
+            raise ValueError(f"bad masking scheme parameters: {self._scheme_params}")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
@@ -203,7 +246,8 @@ class MLMCollator:
         self.masking = masking
         self.mlm_probability = float(mlm_probability)
         self.max_predictions = max_predictions
-        self.whole_word_mask = bool(whole_word_mask)
+        self.whole_word_mask = scheme == "whole-word"
+        self.masking_scheme = scheme
         self.seed = seed
         self.nsp = bool(nsp)
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -297,6 +341,32 @@ class MLMCollator:
         )
         return torch.from_numpy(masked.input_ids), torch.from_numpy(masked.labels(IGNORE_INDEX))
 
+    def _choose_by_scheme(self, ids: torch.Tensor, attention: torch.Tensor, cand: torch.Tensor, k: torch.Tensor,
+                          keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(rows, columns, each position's group's first column or None) chosen by the registry's
+        scheme, on the rows' tokens laid end to end (the layout ``prepare`` masks)."""
+        from mlm_pipeline.instances.batch import lengths_to_offsets
+        from mlm_pipeline.masking.base import MaskingSpec, Selection
+
+        mask = attention.numpy()
+        lengths = mask.sum(axis=1)
+        offsets = lengths_to_offsets(lengths)
+        spec = MaskingSpec(self.mlm_probability, self.max_predictions or 1 << 30, self.vocab_size,
+                           self.mask_id, np.flatnonzero(self._special.numpy()),
+                           self._scheme.whole_words != "never", self._continuation.numpy(),
+                           scheme=self.masking_scheme, **self._scheme_params)
+        selection = Selection(ids=ids.numpy()[mask], offsets=offsets, cand=cand.numpy()[mask],
+                              k=k.numpy().astype(np.int64), spec=spec)
+        chosen = self._scheme.choose(selection, HashDraws(keys))
+        rows = np.searchsorted(offsets, chosen.positions, side="right") - 1
+        cols = chosen.positions - offsets[rows]
+        first = None
+        if self._scheme.per_group and chosen.groups is not None and len(cols):
+            new = np.ones(len(cols), dtype=bool)
+            new[1:] = chosen.groups[1:] != chosen.groups[:-1]  # a group's positions are together
+            first = torch.from_numpy(cols[np.flatnonzero(new)[np.cumsum(new) - 1]])
+        return torch.from_numpy(rows), torch.from_numpy(cols), first
+
     def mask(self, ids: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Dynamic masking of clean ``ids`` ``[B, L]``: (corrupted ids, labels with -100).
 
@@ -308,14 +378,18 @@ class MLMCollator:
         k = torch.minimum(
             num_to_predict(attention.sum(1), self.mlm_probability, self.max_predictions), cand.sum(1)
         )
-        u = uniform(keys[:, None], pos.expand(n, width), _PURPOSE_CHOOSE)
-        if self.whole_word_mask:
-            chosen = choose_whole_words(cand, self._lookup(self._continuation, ids), u, k)
+        first_cols = None
+        if self.masking_scheme in ("token", "whole-word"):  # (the torch forms of the two schemes)
+            u = uniform(keys[:, None], pos.expand(n, width), _PURPOSE_CHOOSE)
+            if self.whole_word_mask:
+                chosen = choose_whole_words(cand, self._lookup(self._continuation, ids), u, k)
+            else:
+                chosen = choose_tokens(cand, u, k)
+            m_rows, m_cols = torch.nonzero(chosen, as_tuple=True)
         else:
-            chosen = choose_tokens(cand, u, k)
-        m_rows, m_cols = torch.nonzero(chosen, as_tuple=True)
+            m_rows, m_cols, first_cols = self._choose_by_scheme(ids, attention, cand, k, keys)
         original = ids[m_rows, m_cols]
-        r = uniform(keys[m_rows], m_cols, _PURPOSE_REPLACE)
+        r = uniform(keys[m_rows], m_cols if first_cols is None else first_cols, _PURPOSE_REPLACE)
         random_ids = (uniform(keys[m_rows], m_cols, _PURPOSE_RANDOM_ID).to(torch.float64) * self.vocab_size).to(torch.int64)
         new = torch.where(r < 0.8, torch.full_like(original, self.mask_id), torch.where(r < 0.9, random_ids, original))
         out = ids.clone()

@@ -52,6 +52,7 @@ class TrainConfig:
     intermediate: int | None = None  # default 4 * hidden
     masking: str = "auto"  # auto | static | dynamic | electra (auto: the output's, see MLMDataset.collator)
     whole_word_mask: bool = False
+    masking_scheme: str | None = None  # dynamic masking's scheme (mlm_pipeline.masking): token, whole-word, ngram, span
     seed: int = 0
     output_dir: str = "train-out"
     num_workers: int = 0
@@ -273,6 +274,11 @@ def _check_masking(config: TrainConfig, dataset) -> None:
     if masking == "static" and not prepared.is_masked:
         raise ValueError(f"{config.data} was prepared without masks (--masking none): train it with "
                          "--masking dynamic, or leave --masking at auto")
+    if config.masking_scheme not in (None, "token") and masking != "dynamic":
+        how = (f"--masking auto picks {masking} masking for this output" if config.masking == "auto"
+               else f"--masking {masking} was given")
+        raise ValueError(f"--masking-scheme {config.masking_scheme} needs dynamic masking, and {how}: add "
+                         "--masking dynamic")
     if config.whole_word_mask and masking != "dynamic":
         how = (f"--masking auto picks {masking} masking for this output" if config.masking == "auto"
                else f"--masking {masking} was given")
@@ -372,7 +378,8 @@ def main(config: TrainConfig) -> dict:
     _check_masking(config, dataset)
     tok = dataset.prepared.tokenizer(config.tokenizer)
     collator = dataset.collator(masking=config.masking, tokenizer=tok, whole_word_mask=config.whole_word_mask,
-                                seed=config.seed)
+                                seed=config.seed,
+                                **({"masking_scheme": config.masking_scheme} if config.masking_scheme else {}))
     loader = MLMDataLoader(dataset, batch_size=config.batch_size, collate_fn=collator,
                            num_workers=config.num_workers)
     # fixed evaluation batches: the first instances of the output, masks of epoch 0
@@ -438,6 +445,7 @@ def main(config: TrainConfig) -> dict:
         "model": type(module.model).__name__,
         "parameters": sum(p.numel() for p in module.model.parameters()),
         "masking": collator.masking,
+        "masking_scheme": collator.masking_scheme,
         "steps_run": len(rows),
         "final_step": trainer.global_step,
         "first_train_loss": rows[0]["loss"] if rows else None,

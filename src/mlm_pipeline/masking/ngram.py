@@ -1,0 +1,110 @@
+"""``ngram``: ALBERT's and Megatron-LM's n-gram masking (google-research/albert
+``create_masked_lm_predictions``), vectorised over the rows of a batch.
+
+Each word of a row (with ``--no-do-whole-word-mask``, each token) is a candidate start; a row
+visits its candidates in random order until its budget is met. At each visit an n is drawn with
+``P(n) ∝ 1/n`` on ``1..--ngram`` (reversed with ``--no-favor-shorter-ngram``, as ALBERT does),
+the n-gram is the words from the start on (fewer at the row's end), and while it would overflow
+the budget it is shortened a word at a time; it is skipped if even one word overflows or if it
+overlaps a word already masked. Words are grouped as ALBERT groups them: a continuation piece
+right after ``[SEP]`` joins the word before it, and n-grams run over the words of the whole
+instance. The replacement is per token (80/10/10), as ALBERT's.
+
+The draws differ from ALBERT's (one key per word for the visit order, one uniform per visit for
+n, from the run's generator) but the distribution of what is masked is the same; ``--reference``
+reproduces ALBERT's script draw for draw.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlm_pipeline.masking import base
+from mlm_pipeline.masking.base import (
+    PURPOSE_NGRAM,
+    PURPOSE_ORDER,
+    Chosen,
+    Draws,
+    MaskingScheme,
+    Selection,
+    find_words,
+)
+
+
+def ngram_cdf(ngram: int, favor_shorter: bool) -> np.ndarray:
+    """Cumulative P(n) for n = 1..ngram: ∝ 1/n, reversed when not favouring shorter n-grams."""
+    p = 1.0 / np.arange(1, ngram + 1)
+    p /= p.sum()
+    if not favor_shorter:
+        p = p[::-1]
+    cdf = np.cumsum(p)
+    return cdf / cdf[-1]
+
+
+def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
+    spec = sel.spec
+    words = find_words(sel, whole_words=spec.do_whole_word_mask, cross_specials=True)
+    if len(words) == 0:
+        return Chosen(words.cand_pos)
+    top = spec.ngram
+    cdf = ngram_cdf(top, spec.favor_shorter_ngram)
+    before = np.zeros(len(words) + 1, dtype=np.int64)  # tokens of the words before word w
+    np.cumsum(words.length, out=before[1:])
+    covered = np.zeros(len(words) + 1, dtype=bool)  # (one spare slot for clipped indices)
+    per_row = np.diff(words.first)
+    for r0 in range(0, sel.n, base.ROWS_PER_CHUNK):
+        r1 = min(sel.n, r0 + base.ROWS_PER_CHUNK)
+        wpr = per_row[r0:r1]
+        width = int(wpr.max())
+        if width == 0:
+            continue
+        rows = np.arange(r0, r1)
+        keys = draws.grid(rows, width, PURPOSE_ORDER)
+        keys[np.arange(width) >= wpr[:, None]] = 2.0
+        order = np.argsort(keys, axis=1, kind="stable")
+        drawn = 1 + np.searchsorted(cdf, draws.grid(rows, width, PURPOSE_NGRAM).astype(np.float64), side="right")
+        np.minimum(drawn, top, out=drawn)
+        first, end = words.first[r0:r1], words.first[r0 + 1 : r1 + 1]
+        k = sel.k[r0:r1]
+        count = np.zeros(r1 - r0, dtype=np.int64)
+        for j in range(width):  # visit rank, vectorised over the rows
+            live = np.flatnonzero((j < wpr) & (count < k))
+            if len(live) == 0:
+                break
+            w = first[live] + order[live, j]
+            stop = end[live]
+            kk = k[live] - count[live]
+            n = drawn[live, j]
+            took = before[np.minimum(w + n, stop)] - before[w]
+            for _ in range(top - 1):  # shorten while it overflows
+                over = (took > kk) & (n > 1)
+                if not over.any():
+                    break
+                n = np.where(over, n - 1, n)
+                took = before[np.minimum(w + n, stop)] - before[w]
+            span = np.minimum(w + n, stop) - w  # words in the n-gram
+            ok = took <= kk
+            for d in range(top):
+                ok &= ~((d < span) & covered[np.where(d < span, w + d, len(words))])
+            if not ok.any():
+                continue
+            for d in range(top):
+                at = ok & (d < span)
+                covered[w[at] + d] = True
+            count[live[ok]] += took[ok]
+    return Chosen(words.positions(covered[:-1]))
+
+
+def _check(settings) -> None:
+    if settings.ngram < 1:
+        raise ValueError(f"--ngram must be at least 1, got {settings.ngram}")
+
+
+SCHEME = MaskingScheme(
+    name="ngram",
+    choose=choose_ngrams,
+    help="ALBERT's n-grams of whole words, P(n) ∝ 1/n",
+    whole_words="option",
+    parameters=("ngram", "favor_shorter_ngram"),
+    check=_check,
+)

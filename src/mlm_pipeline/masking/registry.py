@@ -1,0 +1,81 @@
+"""The registry of masking schemes (``--masking-scheme NAME``), as objectives and formats have theirs.
+
+The built-in modules are imported on the first registry call, so that importing the package
+(the run's settings do, to list the choices) loads no scheme.
+"""
+
+from __future__ import annotations
+
+from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.masking.base import MaskingScheme
+
+_SCHEMES: dict[str, MaskingScheme] = {}
+_built_in_loaded = False
+
+
+def _registry() -> dict[str, MaskingScheme]:
+    """The registry, with the built-in schemes registered first (on the first call)."""
+    global _built_in_loaded
+    if not _built_in_loaded:
+        from mlm_pipeline.masking import ngram, span, token, whole_word
+
+        for scheme in (token.SCHEME, whole_word.SCHEME, ngram.SCHEME, span.SCHEME):
+            _SCHEMES[scheme.name] = scheme
+        _built_in_loaded = True
+    return _SCHEMES
+
+
+def register_masking_scheme(scheme: MaskingScheme, *, replace: bool = False) -> MaskingScheme:
+    """Make ``scheme`` available as ``--masking-scheme NAME`` (and to the collator); returns it.
+
+    Registering a taken name raises ``ValueError`` unless ``replace`` is set. As with objectives,
+    a spawned worker process knows a scheme registered at run time only if the module that
+    registers it is imported there too.
+    """
+    if not isinstance(scheme, MaskingScheme):
+        raise TypeError(f"register_masking_scheme takes a MaskingScheme, got {type(scheme).__name__}")
+    if not scheme.name or not scheme.name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"masking scheme name must be letters, digits, '-' or '_', got {scheme.name!r}")
+    registry = _registry()
+    if scheme.name in registry and not replace:
+        raise ValueError(f"masking scheme {scheme.name!r} is already registered")
+    registry[scheme.name] = scheme
+    return scheme
+
+
+def unregister_masking_scheme(name: str) -> None:
+    """Remove a registered scheme (a test's or plug-in's clean-up); unknown names are ignored."""
+    _registry().pop(name, None)
+
+
+def get_masking_scheme(name: str) -> MaskingScheme:
+    """The scheme registered as ``name``; ``ConfigError`` naming the known ones otherwise."""
+    try:
+        return _registry()[name]
+    except KeyError:
+        raise ConfigError(f"unknown masking scheme {name!r} (known: {', '.join(masking_scheme_names())})") from None
+
+
+def masking_scheme_names() -> tuple[str, ...]:
+    """Registered scheme names, in registration order (the built-in ones first)."""
+    return tuple(_registry())
+
+
+def scheme_record(settings) -> dict:
+    """The scheme of a run's settings and the parameters it reads, as the manifest records it."""
+    scheme = get_masking_scheme(settings.masking_scheme)
+    return {"name": scheme.name, "whole_words": bool(settings.do_whole_word_mask),
+            **{name: getattr(settings, name) for name in scheme.parameters}}
+
+
+def needs_words(settings) -> bool:
+    """Whether the run's scheme masks whole words (and so needs the tokenizer's word marker)."""
+    return get_masking_scheme(settings.masking_scheme).whole_words != "never" and bool(settings.do_whole_word_mask)
+
+
+def check_tokenizer(settings, tok) -> None:
+    """``ConfigError`` when the scheme masks whole words and the tokenizer marks none."""
+    if settings.masking == "static" and needs_words(settings) and tok.word_marker is None:
+        raise ConfigError(f"--masking-scheme {settings.masking_scheme} masks whole words, but the tokenizer "
+                          f"{settings.tokenizer} marks no word boundaries (no ## continuation pieces, no ▁ or Ġ word "
+                          "starts): use --masking-scheme token, or --no-do-whole-word-mask with ngram")
