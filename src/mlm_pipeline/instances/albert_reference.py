@@ -49,7 +49,6 @@ reference at dupe factor 1, TFRecord encoding included, took 0.13 CPU s where HF
 from __future__ import annotations
 
 import random
-import random
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
