@@ -195,3 +195,18 @@ def test_statistics_match_albert_with_sentencepiece(tmp_path):
     assert abs(got["token_boundary_share"] - want["token_boundary_share"]) <= 0.02, (got, want)
     assert abs(got["masked_share"] - want["masked_share"]) <= 0.01, (got, want)
     assert abs(got["masked_run_length"] / want["masked_run_length"] - 1) <= 0.10, (got, want)
+
+
+def test_inspect_names_sops_labels(tmp_path):
+    from mlm_pipeline.inspect import inspect_lines
+    from mlm_pipeline.pipeline import run_prepare
+
+    out = tmp_path / "out"
+    run_prepare(build_config({"inputs": [str(SAMPLE_TEXT)], "output": str(out), "tokenizer": str(VOCAB),
+                              "objective": "sop", "dupe_factor": 2, "workers": 1, "progress": False}),
+                show_progress=False)
+    heads = [text.splitlines()[0] for text in inspect_lines(str(out), n=40, tokenizer=None, do_lower_case=None,
+                                                            as_json=False) if text.startswith("#")]
+    assert heads and all(h.endswith("(in order)") or h.endswith("(swapped, or B from another document)")
+                         for h in heads)
+    assert not any("random next" in h for h in heads)

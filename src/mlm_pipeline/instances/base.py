@@ -145,6 +145,7 @@ class Objective:
     cuts_long_sentences: bool = False
     default_masking_scheme: str = "token"  # --masking-scheme when none is given (mlm_pipeline.masking)
     word_continuation: Callable[[Any], np.ndarray] | None = None
+    label_names: tuple[str, str] = ("actual next", "random next")  # what labels 0 and 1 mean (inspect)
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""

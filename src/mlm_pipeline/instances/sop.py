@@ -96,4 +96,5 @@ OBJECTIVE = Objective(
     cuts_long_sentences=True,
     default_masking_scheme="ngram",
     word_continuation=word_continuation,
+    label_names=("in order", "swapped, or B from another document"),
 )
