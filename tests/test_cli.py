@@ -382,6 +382,9 @@ def test_settings_errors_name_the_flag_or_key(tmp_path):
     assert missing.exit_code == 2 and "missing INPUT, --output/-o, --tokenizer/--vocab-file/-t" in missing.output
     small = run(app, ["prepare", "a.txt", "-o", "o", "-t", "v", "--block-size", "0MB"])
     assert small.exit_code == 2 and "block-size: Input should be greater than or equal to 1" in small.output
+    for flag, value, floor in (("--split-size", "1", 1024), ("--block-size", "1", 1024), ("--random-seed", "-1", 0)):
+        refused = run(app, ["prepare", "a.txt", "-o", "o", "-t", "v", flag, value])
+        assert refused.exit_code == 2 and f"{flag[2:]}: Input should be greater than or equal to {floor}\n" in refused.output
     file = tmp_path / "twice.yaml"
     file.write_text("vocab_file: a.txt\ntokenizer: b.txt\n")
     twice = run(app, ["prepare", "a.txt", "-o", "o", "--config", str(file)])

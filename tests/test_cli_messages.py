@@ -366,3 +366,27 @@ def test_messages_name_the_flags_as_the_user_spelt_them(tmp_path):
                   "--no-progress", check_code=2)
     assert "note:" not in refused.stderr and "is the output directory here" not in refused.stderr
     assert f"the output {existing} is a file, not a directory: give a directory for --output_file" in refused.stderr
+
+
+def test_a_url_with_credentials_is_refused_and_never_echoed(tmp_path):
+    """``s3://user:password@bucket`` was echoed, password included, in a storage error (exit 1):
+    every command refuses such a URL before any work (exit 2), quoting it redacted."""
+    secret = "s3cr3t-Pa55"
+    cases = [
+        ("prepare", f"s3://user:{secret}@bucket/x.txt", "-o", tmp_path / "o1", "-t", VOCAB),
+        ("prepare", SAMPLE_TEXT, "-o", f"s3://AKIA:{secret}@bucket/out", "-t", VOCAB),
+        ("prepare", SAMPLE_TEXT, "-o", tmp_path / "o2", "-t", VOCAB, "--s3-endpoint-url", f"http://ak:{secret}@minio:9000"),
+        ("inspect", f"gs://user:{secret}@bucket/out"),
+        ("verify", f"s3://user:{secret}@bucket/out"),
+        ("report", f"s3://user:{secret}@bucket/out"),
+    ]
+    for args in cases:
+        got = cli(*args, *(["--no-progress"] if args[0] == "prepare" else []), check_code=2)
+        text = got.stdout + got.stderr
+        assert secret not in text and "holds credentials (user:password@)" in text, text
+        assert "://***@" in text and "Traceback" not in text
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    from mlm_pipeline.errors import redact_credentials  # (what every error message goes through)
+
+    assert redact_credentials(f"at s3://u:{secret}@b/x and http://k:p@ss@h:9/ and /a@b/c") == \
+        "at s3://***@b/x and http://***@h:9/ and /a@b/c"

@@ -115,6 +115,29 @@ def test_config_file_errors(tmp_path):
         load_config_file(str(listing))
 
 
+def test_config_files_that_are_not_utf8_or_give_a_key_twice_are_refused_naming_the_file(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("max-seq-length: 64\n# café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"cannot read config file {latin}: 'utf-8' codec can't decode byte 0xe9 "
+                                          r".*\(it must be UTF-8 text\)"):
+        load_config_file(str(latin))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("split-size: 1MiB\nmax-seq-length: 64\nsplit-size: 2MiB\n")
+    with pytest.raises(ConfigError, match=rf"cannot parse config file {twice}: the key 'split-size' is given twice\n"
+                                          r".*line 3, column 1"):
+        load_config_file(str(twice))
+    nested = tmp_path / "nested.yaml"  # under a prepare table too; the same key in two tables is fine
+    nested.write_text("prepare:\n  dupe-factor: 2\n  dupe-factor: 3\nother:\n  dupe-factor: 2\n")
+    with pytest.raises(ConfigError, match="the key 'dupe-factor' is given twice"):
+        load_config_file(str(nested))
+    nested.write_text("prepare:\n  dupe-factor: 2\nother:\n  dupe-factor: 2\n")
+    assert load_config_file(str(nested)) == {"dupe_factor": 2}
+    toml = tmp_path / "twice.toml"  # TOML refuses it itself
+    toml.write_text("dupe-factor = 2\ndupe-factor = 3\n")
+    with pytest.raises(ConfigError, match=rf"cannot parse config file {toml}: .*"):
+        load_config_file(str(toml))
+
+
 def test_setting_refuses_an_unknown_panel():
     with pytest.raises(ValueError, match="unknown help panel 'misc'"):
         setting(1, "misc", "A setting in no panel.")
@@ -125,6 +148,18 @@ def test_max_line_bytes_has_a_ceiling():
     assert build_config({**REQUIRED, "max_line_bytes": "16MiB"}).max_line_bytes == 16 << 20
     with pytest.raises(ConfigError, match="max-line-bytes: Input should be less than or equal to 16777216"):
         build_config({**REQUIRED, "max_line_bytes": "100MB"})
+
+
+def test_task_and_block_sizes_have_a_floor_and_the_seed_is_not_negative():
+    """``--split-size 1`` made 1.1 MB of input 1.1 million tasks, ``--block-size 1`` a document of
+    every line, and ``--random-seed -1`` passed here only to fail in every task."""
+    assert build_config({**REQUIRED, "split_bytes": "1KiB", "block_bytes": "1KiB", "random_seed": 0}).split_bytes == 1024
+    with pytest.raises(ConfigError, match="split-size: Input should be greater than or equal to 1024"):
+        build_config({**REQUIRED, "split_bytes": 1})
+    with pytest.raises(ConfigError, match="block-size: Input should be greater than or equal to 1024"):
+        build_config({**REQUIRED, "block_bytes": "1000B"})
+    with pytest.raises(ConfigError, match="random-seed: Input should be greater than or equal to 0"):
+        build_config({**REQUIRED, "random_seed": -1})
 
 
 def test_a_check_of_several_settings_names_the_flags_without_pydantics_words():

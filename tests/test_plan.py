@@ -7,7 +7,7 @@ import pytest
 from conftest import SAMPLE_TEXT, VOCAB, WIKIEXTRACTOR, WIKITEXT
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.errors import InputError
+from mlm_pipeline.errors import ConfigError, InputError
 from mlm_pipeline.plan import auto_split_bytes, plan_tasks
 from mlm_pipeline.read import (
     InputFormat,
@@ -164,7 +164,8 @@ class IndexedDocs(InputFormat):
 @pytest.fixture
 def indexed_docs(tmp_path):
     fmt = register_input_format(IndexedDocs())
-    docs = [[f"Sentence {i}.{j} of the corpus." for j in range(1 + i % 4)] for i in range(40)]
+    docs = [[f"Sentence {i}.{j} of the corpus, which goes on for a while." for j in range(1 + i % 4)]
+            for i in range(40)]
     data, offsets = b"", []
     for doc in docs:
         offsets.append(len(data))
@@ -180,7 +181,7 @@ def indexed_docs(tmp_path):
 
 def test_a_format_splits_by_its_side_file_and_the_side_file_is_not_read_alone(indexed_docs):
     directory, docs = indexed_docs
-    plan = plan_tasks(config([directory], split_bytes=300))
+    plan = plan_tasks(config([directory], split_bytes=1024))
     main, index, other = (str(directory / n) for n in ("corpus.docs", "corpus.docs.offsets", "other.txt"))
     assert [(f["path"], f["format"], f.get("side_files")) for f in plan.files] == [
         (main, "indexed-docs", [index]), (other, "text", None)
@@ -345,3 +346,46 @@ def test_a_program_is_named_as_a_program_not_as_utf16_text(tmp_path, caplog):
     assert details[str(program)] == "binary data; it looks like an executable (ELF)"
     assert "UTF-16" not in details[str(padded)] and "NUL bytes" in details[str(padded)]
     assert caplog.text.count(f"skipping {program}") == 1
+
+
+def test_a_fifo_or_stdin_named_as_input_is_refused_as_not_a_regular_file(tmp_path):
+    """A named pipe, ``/dev/stdin`` or a device has no size and cannot be split or read again on a
+    rerun: it is refused as what it is (it was skipped as "an empty file"). In a directory or a
+    glob it is skipped as ``unreadable``, like a socket."""
+    import os
+    import shutil
+
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    def planned(name: str):
+        return plan_tasks(PrepareConfig(inputs=[name], output=str(tmp_path / "out"), tokenizer=str(VOCAB)))
+
+    # (/dev/stdin is a regular file only when the test runner's stdin is one)
+    for name in [str(fifo), "/dev/null", *(["/dev/stdin"] if not os.path.isfile("/dev/stdin") else [])]:
+        with pytest.raises(InputError, match=f"^{name}: not a regular file"):
+            planned(name)
+    shutil.copyfile(SAMPLE_TEXT, tmp_path / "a.txt")
+    for given in (str(tmp_path), str(tmp_path / "*")):
+        plan = planned(given)
+        assert [f["path"] for f in plan.files] == [str(tmp_path / "a.txt")]
+        assert [(s["path"], s["reason"], s["detail"]) for s in plan.skipped_files] == [
+            (str(fifo), "unreadable", "not a regular file")]
+
+
+def test_a_plan_of_too_many_tasks_is_refused_naming_the_flag(tmp_path, monkeypatch):
+    """A ceiling on the task count, checked before the input is cut (pieces of a tiny size would
+    not fit in memory) and on the tasks made (small files share tasks)."""
+    from mlm_pipeline import plan as planning
+
+    size = SAMPLE_TEXT.stat().st_size
+    assert len(plan_tasks(config([SAMPLE_TEXT], split_bytes=1024)).tasks) == 5  # 4,394 bytes
+    monkeypatch.setattr(planning, "MAX_TASKS", 3)
+    with pytest.raises(ConfigError, match=rf"--split-size 1,024 bytes cuts {size:,} bytes of input into about 4 tasks, "
+                                          rf"more than 3: give a larger --split-size \(tasks of 1,\d+ bytes or more\)"):
+        plan_tasks(config([SAMPLE_TEXT], split_bytes=1024))
+    for i in range(5):  # five small files, five tasks: only the tasks made tell
+        (tmp_path / f"{i}.txt").write_text("One sentence.\n" * 100)
+    with pytest.raises(ConfigError, match=r"--split-size 2,000 bytes cuts 7,000 bytes of input into 5 tasks, more than 3"):
+        plan_tasks(config([tmp_path], split_bytes=2000))
+    monkeypatch.setattr(planning, "MAX_TASKS", 5)
+    assert len(plan_tasks(config([tmp_path], split_bytes=2000)).tasks) == 5

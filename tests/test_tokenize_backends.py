@@ -200,6 +200,9 @@ def test_the_per_task_check_takes_non_ascii_texts_first_within_a_budget_proporti
     assert first_texts(docs, budget=10) == ["caf\u00e9 " * 5]
     assert first_texts(docs, budget=10_000) == ["caf\u00e9 " * 5, "\u4e2d\u6587" * 3, "plain " * 20,
                                                 "more plain " * 10, "x" * 50]
+    # a long line is cut (a whole 16 MB line took HF 2 GB; both encoders see the same characters)
+    long_line = "word " * 1_000_000
+    assert first_texts([[long_line]]) == [long_line[:CHECK_MAX_BYTES]]
 
 
 _CACHE_PROBE = """

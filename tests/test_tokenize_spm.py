@@ -78,7 +78,7 @@ def test_albert_model_gives_the_librarys_ids_after_albert_preprocessing_on_real_
     expected = sp.encode([albert_preprocess(t) for t in lines])
     assert split_ids(*tok.encode_batch(lines)) == expected
     assert tok.special == spm_special(cls=2, sep=3, mask=4, pad=0) and tok.unk_id == 1
-    assert tok.model_type == "sentencepiece" and tok.word_marker == "\u2581" and tok.lowercases
+    assert tok.model_type == "sentencepiece" and tok.word_marker == ("start", "\u2581") and tok.lowercases
 
 
 def spm_special(**ids):
@@ -353,13 +353,14 @@ def test_hub_names_load_from_the_local_cache(tmp_path, xlmr_like_model):
 def test_model_type_and_word_marker_say_how_words_start(tmp_path):
     from tokenizers import ByteLevelBPETokenizer, SentencePieceBPETokenizer
 
-    assert (TextTokenizer(str(VOCAB)).model_type, TextTokenizer(str(VOCAB)).word_marker) == ("wordpiece", "##")
+    wordpiece = TextTokenizer(str(VOCAB))
+    assert (wordpiece.model_type, wordpiece.word_marker) == ("wordpiece", ("continuation", "##"))
     bpe = ByteLevelBPETokenizer()
     bpe.train([str(SAMPLE_TEXT)], vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
               show_progress=False)
     bpe.save(str(tmp_path / "tokenizer.json"))
     byte_level = TextTokenizer(str(tmp_path / "tokenizer.json"))
-    assert (byte_level.model_type, byte_level.word_marker) == ("byte-level-bpe", "\u0120")
+    assert (byte_level.model_type, byte_level.word_marker) == ("byte-level-bpe", ("start", "\u0120"))
     metaspace = SentencePieceBPETokenizer()  # a tokenizer.json with SentencePiece's ▁ (Metaspace)
     metaspace.train([str(SAMPLE_TEXT)], vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                     show_progress=False)

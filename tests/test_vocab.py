@@ -203,3 +203,45 @@ def test_a_vocab_short_of_the_size_asked_says_why(trained, tmp_path, caplog):
            "(--min-frequency) any more")
     assert small.short_of_size.startswith(why) and any(why in r.getMessage() for r in caplog.records)
     assert json.loads((tmp_path / "v" / "vocab-report.json").read_text())["short_of_size"] == small.short_of_size
+
+
+def _small_corpus(tmp_path: Path) -> Path:
+    """The first 200 KB of WikiText-2 (whole lines): a vocabulary of 3,000 in a second."""
+    text = WIKITEXT.read_bytes()
+    path = tmp_path / "wikitext-200KB.txt"
+    path.write_bytes(text[:text.index(b"\n", 200_000) + 1])
+    return path
+
+
+def test_a_write_that_fails_leaves_no_half_written_file_and_the_rerun_writes_them(tmp_path, monkeypatch):
+    """A disk filling up while ``vocab`` wrote left a whole ``tokenizer.json`` beside a ``vocab.txt``
+    cut short, which ``prepare -t`` took without complaint. The files are written under temporary
+    names and renamed once every one is whole: a write that fails leaves the files of an earlier
+    run as they were and no temporary file, and the rerun writes them."""
+    import errno
+    import pathlib
+
+    corpus = _small_corpus(tmp_path)
+    settings = VocabSettings(vocab_size=3000)
+    train_vocab(iter_corpus_documents([str(corpus)]), str(tmp_path / "clean"), settings)
+    out = tmp_path / "out"
+    train_vocab(iter_corpus_documents([str(corpus)]), str(out), VocabSettings(vocab_size=2000))  # an earlier run
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = pathlib.Path.write_text
+
+    def disk_full_halfway(self, data, *args, **kwargs):  # the second file's write: half of it, then no space
+        if "vocab.txt" in self.name:
+            real(self, data[: len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", disk_full_halfway)
+    with pytest.raises(ConfigError, match="No space left on device"):
+        train_vocab(iter_corpus_documents([str(corpus)]), str(out), settings)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # whole, and of one run
+    monkeypatch.undo()
+    train_vocab(iter_corpus_documents([str(corpus)]), str(out), settings)
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "vocab-report.json", "vocab.txt"]
+    for name in ("tokenizer.json", "vocab.txt"):
+        assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+    assert len((out / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 3000

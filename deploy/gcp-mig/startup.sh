@@ -7,14 +7,17 @@
 #    new wheel: no new image, no new template) or a pinned pip requirement;
 # 3. runs `mlm-pipeline prepare --claim` against the bucket with the other VMs of the group;
 # 4. uploads its log to the bucket (MLM-LOGS/NAME.log, default OUTPUT/_logs/);
-# 5. only when prepare exited 0 - which it does only once every task of the run is complete, so
-#    also at once on a VM that finds nothing left to claim - leaves its group with
+# 5. when prepare exited 0 - which it does only once every task of the run is complete, so
+#    also at once on a VM that finds nothing left to claim - or 2 - a failure no rerun can fix
+#    (settings, tokenizer, an input), which fails every VM the same way - leaves its group with
 #    `gcloud compute instance-groups managed delete-instances`, which deletes the VM and lowers
 #    the group's target size (deleting the VM directly would make the group recreate it).
-# A prepare that fails or is killed leaves the VM in its group: the tasks it held are taken over
-# by the other VMs when their leases expire, and its log in the bucket says what happened.
-# Metadata reads, downloads, the install, the upload and leaving the group are retried with
-# exponential backoff; a prepare that exits 1 (storage error, failed task) is rerun (it resumes).
+# A prepare that fails otherwise or is killed leaves the VM in its group: the tasks it held are
+# taken over by the other VMs when their leases expire, and its log in the bucket says what
+# happened. Whatever happens, a VM leaves its group (log uploaded first) mlm-max-hours after its
+# script read its settings. Metadata reads, downloads, the install, the upload and leaving the group are
+# retried with exponential backoff; a prepare that exits 1 (storage error, failed task) is rerun
+# (it resumes).
 #
 # Instance metadata (custom attributes):
 #   mlm-output      gs://BUCKET/PATH: the run's output (required)
@@ -24,6 +27,7 @@
 #   mlm-args        more `prepare` options, separated by spaces (optional)
 #   mlm-logs        where logs go (optional; default OUTPUT/_logs)
 #   mlm-s3-endpoint-url   an S3-compatible endpoint for s3:// inputs/output (optional)
+#   mlm-max-hours   the VM's maximum lifetime in hours (optional; default 24; 0: none)
 #   mlm-group       the group's name (optional; default: from the `created-by` attribute the
 #                   group sets, which also says whether it is zonal or regional)
 # Environment (tests, other images): GCE_METADATA_HOST (host[:port] of the metadata server),
@@ -95,6 +99,7 @@ LOG=$WORK_DIR/worker.log
 LOG_URL=
 PREPARE_PID=
 LEAVING=
+WATCHDOG_PID=
 export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false
 
 # say MESSAGE...: a timestamped line on stderr (the serial console / cloud-init log) and in the log
@@ -275,10 +280,46 @@ on_exit() {
   local status=$?
   trap - EXIT
   if [ "$status" -ne 0 ] && [ -z "$LEAVING" ]; then
-    say "exiting with status $status; this VM stays in its group"
+    say "exiting with status $status; this VM stays in its group until its lifetime ends"
     upload_log
   fi
   exit "$status"
+}
+
+# lifetime_seconds HOURS: whole seconds of a number of hours (24, 0.5); fails on anything else
+lifetime_seconds() {
+  local whole=${1%%.*} fraction=
+  [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]] || return 1
+  [[ $1 != *.* ]] || fraction=${1#*.}
+  fraction=${fraction}000000
+  echo $((10#$whole * 3600 + 10#${fraction:0:6} * 3600 / 1000000))
+}
+
+# watchdog SECONDS: SECONDS after this script started, end the VM whatever the script is doing
+# (installing, retrying, stuck, or exited leaving the VM in its group): stop the script and
+# prepare (TERM, then KILL after 30 s), upload the log, leave the group. Runs in the background.
+watchdog() {
+  local main=$$ sleeper pid
+  trap - EXIT INT
+  sleep "$(($1 > SECONDS ? $1 - SECONDS : 0))" &
+  sleeper=$!
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  wait "$sleeper"
+  say "maximum lifetime reached (mlm-max-hours $MAX_HOURS): ending this VM"
+  kill -KILL "$main" 2>/dev/null || true
+  pid=$(cat "$WORK_DIR/prepare.pid" 2>/dev/null) || pid=
+  if [ -n "$pid" ] && grep -q mlm-pipeline "/proc/$pid/cmdline" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true  # (a stopped process takes TERM only once continued)
+    for _ in {1..30}; do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  upload_log
+  LEAVING=1
+  leave_group || say "could not leave the group"
 }
 
 # on_signal NUMBER: the VM is shutting down (preemption, the group deleting it): stop prepare
@@ -310,6 +351,7 @@ main() {
   PACKAGE=$(setting mlm-package)
   ARGS=$(setting mlm-args optional)
   S3_ENDPOINT_URL=$(setting mlm-s3-endpoint-url optional)
+  MAX_HOURS=$(setting mlm-max-hours optional)
   if [ -n "$S3_ENDPOINT_URL" ]; then
     export AWS_ENDPOINT_URL=$S3_ENDPOINT_URL  # for the AWS CLI and s3fs too
   fi
@@ -317,12 +359,25 @@ main() {
   logs=$(setting mlm-logs optional)
   logs=${logs:-${OUTPUT%/}/_logs}
   LOG_URL=${logs%/}/$SELF.log
+  MAX_HOURS=${MAX_HOURS:-24}
+  local lifetime
+  if ! lifetime=$(lifetime_seconds "$MAX_HOURS"); then
+    say "mlm-max-hours is not a number of hours: $MAX_HOURS; taking 24"
+    MAX_HOURS=24 lifetime=$((24 * 3600))
+  fi
+  if [ "$lifetime" -gt 0 ]; then  # (started once LOG_URL is known: it uploads the log)
+    watchdog "$lifetime" &
+    WATCHDOG_PID=$!
+    say "this VM ends itself ${MAX_HOURS} h after it started, whatever happens (mlm-max-hours)"
+  fi
   install_package
   fetch_tokenizer
   run_prepare
-  if [ "$PREPARE_STATUS" -ne 0 ]; then
-    exit "$PREPARE_STATUS"
-  fi
+  case $PREPARE_STATUS in
+    0) ;;
+    2) say "prepare exited 2: settings, the tokenizer or an input that every run refuses the same way (see the lines above); this VM leaves its group" ;;
+    *) exit "$PREPARE_STATUS" ;;
+  esac
   upload_log
   say "leaving the group"
   LEAVING=1
@@ -332,6 +387,10 @@ main() {
     exit 1
   fi
   say "left the group"
+  if [ -n "$WATCHDOG_PID" ]; then
+    kill "$WATCHDOG_PID" 2>/dev/null || true
+  fi
+  return "$PREPARE_STATUS"
 }
 
 main "$@"

@@ -7,6 +7,9 @@ Google's own spellings (``--max_seq_length=128``, ``--do_lower_case=True``, ``--
 work as written. User errors print one clear message and exit 2 (so does a task failed by its
 input or tokenizer; another failed task exits 1); Ctrl-C exits 130 (SIGTERM: 143) and the next
 identical command resumes. Help text is escaped for rich: ``[torch]`` or ``[CLS]`` show as written.
+
+Why one module: it is the one typer app; its commands share the helpers that give every command
+the same help, error lines and exit codes, and each is a thin parse -> call of the API.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from typer.core import TyperCommand, TyperGroup
 from mlm_pipeline import __version__
 from mlm_pipeline.cli_google import google_help, native_args
 from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
-from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, TaskFailed,
-                                 Terminated, TokenizerError)
+from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, PipelineError,
+                                 TaskFailed, Terminated, TokenizerError, redact_credentials)
 
 
 class _PlainHelpSwitch:
@@ -72,7 +75,7 @@ app = typer.Typer(
 
 
 def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    typer.secho(f"error: {redact_credentials(message)}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
 
 
@@ -194,13 +197,13 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     settings = sorted(settings_of(model), key=lambda s: PANELS.index(s.panel))
     action = action or _run_prepare
 
-    def prepare(ctx: typer.Context, config_file: Optional[Path], **values) -> None:
+    def prepare(ctx: typer.Context, config_file: Optional[Path], dry_run: bool, **values) -> None:
         given = {k: v for k, v in values.items() if ctx.get_parameter_source(k).name != "DEFAULT"}
         try:
             config = build_config(prepare_values(model, given, config_file), model)
         except (ConfigError, ValueError) as exc:
             _fail(str(exc))
-        action(config)
+        _run_prepare(config, dry_run=True) if dry_run else action(config)
 
     config_option = typer.Option(
         None, "--config", metavar="FILE", show_default=False,
@@ -209,6 +212,8 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     prepare.__signature__ = Signature([
         Parameter("ctx", Parameter.KEYWORD_ONLY, annotation=typer.Context),
         Parameter("config_file", Parameter.KEYWORD_ONLY, default=config_option, annotation=Optional[Path]),
+        Parameter("dry_run", Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(False, "--dry-run", metavar="",
+                  help="Check the settings, tokenizer and inputs and print the plan; write nothing.")),
         *(_parameter(s) for s in settings),
     ])
     command_class = type("PrepareCommand", (PrepareCommand,), {"settings_model": model})
@@ -216,10 +221,10 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
     app.command("prepare", cls=command_class, help=help_text, no_args_is_help=True)(prepare)
 
 
-def _run_prepare(config) -> None:
-    """Run the pipeline for ``config`` and print its summary; user errors exit 2, a failed task 1."""
-    from mlm_pipeline.pipeline import run_prepare
-    from mlm_pipeline.report import render_summary
+def _run_prepare(config, dry_run: bool = False) -> None:
+    """Run the pipeline for ``config`` and print its summary (``dry_run``: its plan); user errors exit 2, a failed task 1."""
+    from mlm_pipeline.pipeline import plan_prepare, run_prepare
+    from mlm_pipeline.report import render_plan, render_summary
 
     from mlm_pipeline.environment import configure_process
 
@@ -227,6 +232,8 @@ def _run_prepare(config) -> None:
     _stop_on_sigterm()
     try:
         started = time.time()
+        if dry_run:
+            return typer.echo(render_plan(plan_prepare(config), config.output))
         manifest = run_prepare(config)
     except (InputError, OutputError, TokenizerError, ConfigError) as exc:
         _fail(str(exc))
@@ -405,6 +412,7 @@ def report(
 
 @_command
 def train(
+    ctx: typer.Context,
     data_dir: str = typer.Argument(..., help="A prepared output directory or URL (with manifest.json): TFRecord or Parquet shards."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps to run (the data loops over epochs as needed)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Instances per step."),
@@ -424,7 +432,7 @@ def train(
     num_workers: int = typer.Option(0, "--num-workers", help="DataLoader worker processes (0: load in the training process)."),
     shuffle_buffer: int = typer.Option(10_000, "--shuffle-buffer", help="Instances per shuffle window (also the loader's memory bound per worker)."),
     save_every: int = typer.Option(0, "--save-every", help="Also write checkpoints/step=N.ckpt every N steps (0: only checkpoints/last.ckpt at the end)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer and data position (mid-epoch) up to --steps."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="A checkpoint from a previous run: continue its model, optimizer, data position (mid-epoch) and random state up to --steps. SIGTERM stops a run after its step, saves checkpoints/step=N.ckpt and prints the command that continues from it (exit 143)."),
     overwrite_output_dir: bool = typer.Option(False, "--overwrite-output-dir", metavar="", help="Replace another run's checkpoints in --output-dir, or those after the step --resume goes back to (without it, such a directory is refused)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer (default: the one recorded in the manifest)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's choice; 1 on a shared machine)."),
@@ -435,6 +443,7 @@ def train(
     positions only. Example: mlm-pipeline train out/ --steps 300 --batch-size 32 -o runs/tiny
     """
     try:
+        from mlm_pipeline.torch.checkpoint import resume_command
         from mlm_pipeline.torch.train import TrainConfig
         from mlm_pipeline.torch.train import main as train_main
     except ImportError as exc:
@@ -449,6 +458,8 @@ def train(
         summary = train_main(config)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
+    except Terminated as exc:  # SIGTERM: a checkpoint saved (mlm_pipeline.torch.checkpoint)
+        _fail(f"{exc}; continue with:\n  {resume_command(ctx.command.params, ctx.params, exc.checkpoint)}", 143)
     typer.echo(
         f"{summary['steps_run']} steps in {summary['seconds']:.1f}s; MLM loss on fixed batches "
         f"{summary['eval_mlm_loss_before']:.3f} -> {summary['eval_mlm_loss_after']:.3f}; "
@@ -529,14 +540,14 @@ def main() -> None:
             _stdout_gone()
         except typer.Exit:
             sys.exit(0)
-    except Exception as exc:  # an object store unreachable (botocore's errors are not OSErrors)
-        from mlm_pipeline.fs import storage_error
+    except Exception as exc:  # a user error no command caught (exit 2); an object store unreachable (botocore's
+        from mlm_pipeline.fs import storage_error  # errors are not OSErrors; exit 1)
 
-        message = storage_error(exc)
+        message, code = (str(exc), 2) if isinstance(exc, PipelineError) else (storage_error(exc), 1)
         if message is None:
             raise
-        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-        sys.exit(1)
+        typer.secho(f"error: {redact_credentials(message)}", fg=typer.colors.RED, err=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Callable, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticUndefined
 
-from mlm_pipeline.errors import ConfigError
+from mlm_pipeline.errors import ConfigError, url_credentials_message
 
 # one convention: SI prefixes are decimal (1 MB = 10**6 bytes, what `prepare` prints), IEC ones
 # binary (1 MiB = 2**20 bytes); a bare prefix (64M) is the SI one
@@ -52,8 +52,16 @@ def parse_size(value: int | str) -> int:
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 MAX_LINE_BYTES_CEILING = 16 << 20
-"""The largest ``--max-line-bytes``: lines are held whole while tokenized, and tokenizing a line
-takes many times its size in memory."""
+"""The largest ``--max-line-bytes``: a line is held whole while read (and tokenized in pieces,
+``tokenize/long_texts.py``), a few times its size."""
+
+
+MIN_SPLIT_BYTES = 1024
+"""The smallest ``--split-size``: smaller tasks cost more to track than to run (``plan.MAX_TASKS``
+bounds their number too)."""
+MIN_BLOCK_BYTES = 1024
+"""The smallest ``--block-size``: a longer document is cut into parts of this size at line ends
+(``--block-size 1`` made every line a document)."""
 
 
 def _parse_size_or_auto(value: int | str | None) -> int | None:
@@ -242,7 +250,7 @@ class PrepareConfig(BaseModel):
         google="short_seq_prob", ge=0.0, le=1.0)
     random_seed: int = setting(
         12345, "instances", "Global seed; each task derives its own, so output never depends on the worker count.",
-        google="random_seed")
+        google="random_seed", ge=0)
     masking_scheme: MaskingSchemeName | None = setting(
         None, "masking", "token: BERT's. whole-word: words whole. ngram: ALBERT's n-grams of words. span: SpanBERT's "
         "spans of words. Default: the objective's (token).", choices=_masking_scheme_choices)
@@ -265,10 +273,10 @@ class PrepareConfig(BaseModel):
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
-        flags=("--split-size",), metavar="SIZE", ge=1)
+        flags=("--split-size",), metavar="SIZE", ge=MIN_SPLIT_BYTES)
     block_bytes: Size = setting(
         "4MiB", "execution", "Text per task block (and per part of a longer document); bounds worker memory.",
-        flags=("--block-size",), metavar="SIZE", ge=1)
+        flags=("--block-size",), metavar="SIZE", ge=MIN_BLOCK_BYTES)
     num_out_files: int | None = setting(
         None, "output", "Write N files as ELECTRA names them (pretrain_tfrecords/pretrain_data.tfrecord-I-of-N, "
         "examples round-robin) instead of part-* shards. Default: 1000 for --objective electra --reference.",
@@ -317,6 +325,17 @@ class PrepareConfig(BaseModel):
             raise ValueError("--claim and --task-rank/--task-count (array mode) exclude each other")
         if self.claim and self.executor != "local":
             raise ValueError("--claim runs tasks on each worker's own process pool: not with --executor ray")
+        return self
+
+    @model_validator(mode="after")
+    def _check_no_credentials(self) -> "PrepareConfig":
+        """A URL holding a password would be echoed and recorded: refused, quoted redacted."""
+        for s in settings_of(type(self)):
+            value = getattr(self, s.name)
+            for item in value if isinstance(value, list) else [value]:
+                refused = url_credentials_message(item) if isinstance(item, str) else None
+                if refused is not None:
+                    raise ValueError(f"{'INPUT' if s.positional else s.flags[0]}: {refused}")
         return self
 
     @model_validator(mode="before")
@@ -576,7 +595,11 @@ def load_config_file(path: str, model: type[BaseModel] = PrepareConfig) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {path}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}" + (" (it must be UTF-8 text)" if
+                                                                       isinstance(exc, UnicodeDecodeError) else "")) from exc
     parse = _toml().loads if p.suffix == ".toml" else _yaml_load
     try:
         data = parse(text)
@@ -599,9 +622,24 @@ def _toml():
 
 
 def _yaml_load(text: str) -> Any:
+    """``yaml.safe_load``, refusing a key given twice in a mapping (YAML would keep the last
+    silently; TOML refuses it itself)."""
     import yaml
 
-    return yaml.safe_load(text) or {}
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # (an unhashable key fails in construct_mapping)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return yaml.load(text, UniqueKeys) or {}
 
 
 def build_config(values: dict, model: type[BaseModel] = PrepareConfig) -> Any:

@@ -7,6 +7,27 @@ the layer that defines them (``fs`` raising ``InputError`` used to import the re
 
 from __future__ import annotations
 
+import re
+
+# the user-info part of a URL (``s3://user:password@bucket``): up to the last ``@`` of the authority
+_URL_USER_INFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s]*@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with every URL's user-info replaced by ``***`` (``s3://***@bucket/x``): for any
+    message that may quote a URL as given."""
+    return _URL_USER_INFO.sub(r"\1***@", text)
+
+
+def url_credentials_message(url: str) -> str | None:
+    """Why a URL that holds credentials (``scheme://user:password@host``) is refused, quoting it
+    redacted; None for any other string (local paths with an ``@`` included)."""
+    if "://" not in url or "@" not in url.split("://", 1)[1].split("/", 1)[0]:
+        return None
+    return (f"{redact_credentials(url)} holds credentials (user:password@): give them through the storage "
+            "client's own chain (environment variables, ~/.aws or ~/.config files, instance roles), never in a URL, "
+            "where logs, the manifest and error messages would keep them")
+
 
 class PipelineError(Exception):
     """Base of every user-facing error of mlm-pipeline (the CLI prints it without traceback and exits 2,

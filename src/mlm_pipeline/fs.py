@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 import fsspec
 from fsspec.core import url_to_fs
 
-from mlm_pipeline.errors import InputError
+from mlm_pipeline.errors import InputError, redact_credentials, url_credentials_message
 
 
 _STORAGE_LIBRARIES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google", "urllib3", "requests")
@@ -33,15 +33,18 @@ def storage_error(exc: BaseException) -> str | None:
     for err in chain:
         module = type(err).__module__.split(".", 1)[0]
         if module in _STORAGE_LIBRARIES:
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint"
-            detail = " ".join(str(err).split())
+            endpoint = redact_credentials(os.environ.get("AWS_ENDPOINT_URL") or "the default endpoint")
+            detail = redact_credentials(" ".join(str(err).split()))
             return (f"storage error ({endpoint}): {type(err).__name__}: {detail} (the storage client retried "
                     "before giving up; check the endpoint, network and credentials)")
     return None
 
 
 def get_fs(url: str):
-    """(filesystem, path) for a URL or local path."""
+    """(filesystem, path) for a URL or local path; a URL holding credentials is refused."""
+    refused = url_credentials_message(url)
+    if refused is not None:
+        raise InputError(refused)
     try:
         return url_to_fs(url)
     except ImportError as exc:
@@ -277,6 +280,12 @@ def _listing(fs, item: str, path: str, info: dict, skipped: list[dict]) -> dict[
         return _walk_local(path, skipped)
     if info.get("type") == "directory":
         return {m: i for m, i in fs.find(path, detail=True).items() if not _hidden_below(path, m)}
+    if is_local(item) and info.get("type") not in ("file", None):  # a FIFO, /dev/stdin, a device
+        if _glob.has_magic(item):
+            skipped.append({"path": path, "reason": "unreadable", "detail": "not a regular file"})
+            return {}
+        raise InputError(f"{item}: not a regular file (a pipe, a device or a socket): inputs are files that "
+                         "workers can split and read again on a rerun; save the stream to a file first")
     return {path: info} if info.get("type") == "file" or not _glob.has_magic(item) else {}
 
 
@@ -379,6 +388,16 @@ def open_local_dir(path: str) -> int:
     return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
 
 
+def naming(exc: OSError, path: str) -> OSError:
+    """``exc`` with ``path`` as its file name when it names none (a write that fills the disk
+    raises ``[Errno 28] No space left on device`` naming no file); else ``exc`` itself."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    named = OSError(exc.errno, exc.strerror, path)  # (the errno's subclass: OSError picks it)
+    named.__cause__ = exc
+    return named
+
+
 def atomic_write_bytes(url: str, data: bytes) -> None:
     """Make ``data`` appear at ``url`` all at once or not at all.
 
@@ -397,6 +416,8 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except OSError as exc:
+            raise naming(exc, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

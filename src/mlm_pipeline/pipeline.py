@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
@@ -73,6 +74,17 @@ def prepare(config: PrepareConfig | dict | None = None, /, *, show_progress: boo
     return run_prepare(build_config(values), show_progress=show_progress)
 
 
+def plan_prepare(config: PrepareConfig) -> dict:
+    """``prepare --dry-run``: what a run checks before its first task (the settings, the tokenizer,
+    the inputs: a bad one fails here as it would on every worker) and the tasks it would run.
+    Nothing is written and the output is not read; returns ``tasks``, ``input_bytes``,
+    ``split_bytes``, ``files`` and ``skipped_files`` (as the manifest names them)."""
+    configure_process(config.s3_endpoint_url)
+    plan = start_run(config, dry_run=True).plan
+    return {"tasks": len(plan.tasks), "input_bytes": plan.input_bytes, "split_bytes": plan.split_bytes,
+            "files": plan.files, "skipped_files": plan.skipped_files}
+
+
 def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> dict:
     """Run (or resume) ``prepare``; returns the manifest.
 
@@ -122,41 +134,63 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
         manifest = write_manifest(config, start.record, start.plan, done)
         clean_tmp(config.output)  # only this process wrote there
         return manifest
-    manifest = manifest or finalize_if_complete(config, start.record, start.plan) or \
-        _redo_rejected(config, start, executor, ran)
-    return _worker_summary(config, start, executor, ran, manifest)
+    end = _End(manifest, len(start.plan.tasks), True) if manifest is not None else \
+        _finish(config, start, executor, ran)
+    return _worker_summary(config, start, executor, ran, end)
 
 
 REDO_ROUNDS = 3
 
 
-def _redo_rejected(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str]) -> dict | None:
-    """A claim or array worker whose run has a marker for every task but no manifest, because some
-    markers were rejected (a shard deleted or damaged after its task, a damaged marker): deletes
-    them and runs those tasks again (an array worker: those of its share), then finalizes; the
-    manifest if written. Otherwise every worker would find all markers, stop and exit 0 with the run
-    incomplete, and VM groups that delete themselves on exit 0 would be gone (a later run's start
-    redid them). None at once while tasks have no marker (other workers are running them)."""
+@dataclass
+class _End:
+    """How a claim or array worker ends, as one look at the output saw it: the manifest if this
+    worker wrote it, the tasks with a marker, and whether ``manifest.json`` exists."""
+
+    manifest: dict | None
+    tasks_done: int
+    manifest_exists: bool
+
+
+def _finish(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str]) -> _End:
+    """The end of a claim or array worker whose tasks are done and that has not written the manifest.
+
+    It looks at the output: a manifest ends it; a task without a marker is another worker's, still
+    running, and that worker looks again after writing its marker; every marker there but no
+    manifest, this worker writes it (a conditional create: of workers ending together one wins).
+    Markers that were rejected (a shard deleted or damaged after its task, a damaged marker) are
+    deleted and their tasks run again (an array worker: those of its share), then it looks again;
+    else every worker would find all markers and exit 0 with the run incomplete, and VM groups
+    that delete themselves on exit 0 would be gone.
+
+    The worker reports what its last look saw, not a count taken later: another worker's last
+    marker may land in between, its manifest a moment after, and the later count showed a complete
+    run without a manifest, a broken run's exit 1."""
+    total = len(start.plan.tasks)
     share = None if config.task_count is None else \
         {t.task_id for t in task_share(start.plan.tasks, config.task_rank, config.task_count)}
-    for _ in range(REDO_ROUNDS):
-        if fs.exists(layout.manifest_url(config.output)):
-            return None
-        names = done_task_ids(config.output)
-        if any(t.task_id not in names for t in start.plan.tasks):
-            return None
-        done = completed_tasks(config, start.plan)
-        redo = [t for t in start.plan.tasks if t.task_id in done.rejected and (share is None or t.task_id in share)]
-        if not redo:  # every marker good now (another worker's last one came meanwhile): one of us writes it
-            return finalize_if_complete(config, start.record, start.plan)
-        log.warning("%d task(s) had a marker that was rejected (%s): running them again", len(redo),
-                    ", ".join(t.task_id for t in redo[:8]) + (" ..." if len(redo) > 8 else ""))
-        forget_rejected(config.output, done, [t.task_id for t in redo])
-        ran.extend(marker["task_id"] for marker in executor.run(redo, lambda delta: None))
+    url = layout.manifest_url(config.output)
+    rounds = 0
+    while True:
         manifest = finalize_if_complete(config, start.record, start.plan)
         if manifest is not None:
-            return manifest
-    return None
+            return _End(manifest, total, True)
+        names = done_task_ids(config.output)
+        seen = sum(t.task_id in names for t in start.plan.tasks)
+        if fs.exists(url):  # another worker wrote it (checked after the listing: it comes after every marker)
+            return _End(None, seen, True)
+        if seen < total:  # another worker's task, running: that worker looks again after marking it
+            return _End(None, seen, False)
+        if rounds == REDO_ROUNDS:  # every task marked and still no manifest (the CLI exits 1)
+            return _End(None, seen, False)
+        rounds += 1
+        done = completed_tasks(config, start.plan)
+        redo = [t for t in start.plan.tasks if t.task_id in done.rejected and (share is None or t.task_id in share)]
+        if redo:  # (none: the last marker came meanwhile, and the next round writes the manifest)
+            log.warning("%d task(s) had a marker that was rejected (%s): running them again", len(redo),
+                        ", ".join(t.task_id for t in redo[:8]) + (" ..." if len(redo) > 8 else ""))
+            forget_rejected(config.output, done, [t.task_id for t in redo])
+            ran.extend(marker["task_id"] for marker in executor.run(redo, lambda delta: None))
 
 
 def _with_reference(config: PrepareConfig, reference: str) -> PrepareConfig:
@@ -191,14 +225,11 @@ def _one_backend(config: PrepareConfig, start: RunStart, done: CompletedTasks) -
     return done
 
 
-def _worker_summary(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str],
-                    manifest: dict | None) -> dict:
+def _worker_summary(config: PrepareConfig, start: RunStart, executor: Executor, ran: list[str], end: _End) -> dict:
     if config.claim:
         mode, worker = "claim", executor.owner
     else:
         mode, worker = "array", f"{config.task_rank}/{config.task_count}"
-    total = len(start.plan.tasks)
-    return {"mode": mode, "worker": worker, "ran": ran, "tasks_total": total,
-            "tasks_done": min(len(done_task_ids(config.output)), total), "manifest": manifest,
-            "manifest_exists": manifest is not None or fs.exists(layout.manifest_url(config.output)),
+    return {"mode": mode, "worker": worker, "ran": ran, "tasks_total": len(start.plan.tasks),
+            "tasks_done": end.tasks_done, "manifest": end.manifest, "manifest_exists": end.manifest_exists,
             "output": config.output}

@@ -23,7 +23,7 @@ import numpy as np
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
-from mlm_pipeline.errors import InputError
+from mlm_pipeline.errors import ConfigError, InputError
 from mlm_pipeline.instances import get_objective
 from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
 from mlm_pipeline.read.wikitext_dataset import looks_like_wikitext
@@ -57,6 +57,22 @@ MIB = 1 << 20
 AUTO_TASKS = 256
 AUTO_MIN_BYTES = 4 * MIB
 AUTO_MAX_BYTES = 64 * MIB
+
+
+MAX_TASKS = 1_000_000
+"""The most tasks a plan may hold. Each costs a marker, a line of ``_plan.json`` and ``_run.json``
+(about 500 bytes together) and a few milliseconds; a million cover 64 TiB at the largest
+``auto`` size. ``--split-size 1`` made 1.1 MB of input 1.1 million tasks."""
+
+
+def _check_task_count(tasks: int, total_bytes: int, split_bytes: int, given: bool, *, at_most: bool = False) -> None:
+    """Refuse a plan of over ``MAX_TASKS`` tasks (``at_most``: the count is an upper estimate)."""
+    if tasks <= MAX_TASKS:
+        return
+    size = f"--split-size {split_bytes:,} bytes" if given else f"--split-size auto ({split_bytes:,} bytes)"
+    raise ConfigError(f"{size} cuts {total_bytes:,} bytes of input into {'about ' if at_most else ''}{tasks:,} "
+                      f"tasks, more than {MAX_TASKS:,}: give a larger --split-size (tasks of "
+                      f"{-(-total_bytes // MAX_TASKS):,} bytes or more)")
 
 
 def auto_split_bytes(total_bytes: int) -> int:
@@ -144,7 +160,11 @@ def plan_tasks(config: PrepareConfig) -> Plan:
                          f"is read as {other[0].fmt}" + (f" (and {len(other) - 1} more)" if len(other) > 1 else "")
                          + ": give text extracted from it, or --input-format text to read its raw lines as the script "
                            "would (markup included), or leave out --reference")
-    split_bytes = config.split_bytes or auto_split_bytes(sum(f.size for f in usable))
+    total_bytes = sum(f.size for f in usable)
+    split_bytes = config.split_bytes or auto_split_bytes(total_bytes)
+    # before cutting: pieces of about split_bytes each would not fit in memory either
+    _check_task_count(total_bytes // split_bytes, total_bytes, split_bytes, config.split_bytes is not None,
+                      at_most=True)
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
     for f in usable:
@@ -163,6 +183,7 @@ def plan_tasks(config: PrepareConfig) -> Plan:
                     "random-next segments across files), so its output differs", len(files))
     task_bytes = sum(nbytes for _, nbytes in pieces) if unit == "corpus" else split_bytes
     tasks = _group(pieces, task_bytes, one_piece_per_task=unit == "file")
+    _check_task_count(len(tasks), total_bytes, split_bytes, config.split_bytes is not None)
     tasks = [replace(t, count=len(tasks)) for t in tasks]
     if not tasks:
         detail = ", ".join(f"{s['path']} ({s.get('detail', s['reason'])})" for s in skipped)

@@ -16,8 +16,9 @@ class ReadStats:
     without the text field; a null Parquet value), ``outside_doc`` (a run of non-blank lines
     outside any ``<doc>`` block of a WikiExtractor file), ``no_tokens`` (every sentence
     tokenised to nothing); a Wikipedia dump's pages: ``namespace`` (a namespace not read, by
-    ``<ns>``), ``redirect``, ``disambiguation`` (a disambiguation or set-index template) and
-    ``empty`` (no text left after cleaning).
+    ``<ns>``), ``redirect``, ``disambiguation`` (a disambiguation or set-index template),
+    ``bad_page`` (a page without its ``</page>`` or ``</text>``: damaged XML) and ``empty`` (no
+    text left after cleaning).
     """
 
     documents_read: int = 0
@@ -27,6 +28,8 @@ class ReadStats:
     documents_with_replaced_bytes: int = 0
     lone_cr_line_ends: int = 0  # lines ended by a lone \r (old Mac files), read as line ends
     documents_cut: int = 0  # cuts of documents longer than --block-size into parts (at line ends)
+    pages_cut: int = 0  # Wikipedia dump pages longer than the page cap, read up to it
+    trailing_bytes_ignored: int = 0  # bytes after a bz2 dump's last stream that are not bz2 data
 
     def count_document(self, sentences: list[str], replaced: bool) -> bool:
         """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
@@ -53,6 +56,8 @@ class ReadStats:
             # (only when there are some: the totals of ordinary corpora keep their keys)
             **({"lone_cr_line_ends": self.lone_cr_line_ends} if self.lone_cr_line_ends else {}),
             **({"documents_cut": self.documents_cut} if self.documents_cut else {}),
+            **({"pages_cut": self.pages_cut} if self.pages_cut else {}),
+            **({"trailing_bytes_ignored": self.trailing_bytes_ignored} if self.trailing_bytes_ignored else {}),
         }
 
 

@@ -25,10 +25,11 @@ import heapq
 import json
 import logging
 import os
+import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -308,11 +309,37 @@ def train_vocab(documents: Iterable[list[str]], output: str, settings: VocabSett
     report.distinct_words = len(counter.counts)
     report.pruned_words = counter.pruned
     report.files = [str(tok_json), str(vocab_txt), str(report_json)]
+    tokenizer = build_tokenizer(vocab, settings)
     try:
         tok_json.parent.mkdir(parents=True, exist_ok=True)
-        build_tokenizer(vocab, settings).save(str(tok_json))
-        vocab_txt.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
-        report_json.write_text(json.dumps(asdict(report), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_together({tok_json: lambda tmp: tokenizer.save(str(tmp)),
+                        vocab_txt: lambda tmp: tmp.write_text("".join(t + "\n" for t in vocab), encoding="utf-8"),
+                        report_json: lambda tmp: tmp.write_text(json.dumps(asdict(report), indent=1,
+                                                                           ensure_ascii=False) + "\n",
+                                                                encoding="utf-8")})
     except OSError as exc:  # (what the early check cannot see: a special filesystem, a full disk)
         raise ConfigError(f"cannot write the vocabulary into {vocab_txt.parent}: {exc}") from None
     return report
+
+
+def write_together(writers: dict[Path, Callable[[Path], object]]) -> None:
+    """Each file of ``writers`` written by its function to a temporary name beside it, flushed to
+    disk, and only once every one is whole, renamed to its name: a write that fails (a full disk)
+    leaves no file under its final name half written (a truncated ``vocab.txt`` beside a whole
+    ``tokenizer.json`` was used by ``prepare -t`` without complaint), and any file of an earlier
+    run as it was. The temporary files are removed whatever happens."""
+    tmps: dict[Path, Path] = {}
+    try:
+        for final, write in writers.items():
+            tmps[final] = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
+            write(tmps[final])
+            fd = os.open(tmps[final], os.O_RDONLY)
+            try:
+                os.fsync(fd)  # (a full disk can refuse the data only here)
+            finally:
+                os.close(fd)
+        for final, tmp in tmps.items():
+            os.replace(tmp, final)
+    finally:
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)

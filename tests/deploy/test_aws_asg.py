@@ -31,7 +31,8 @@ REGION, GROUP = "eu-west-1", "mlm-workers"
 
 
 def create_group(s3, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, args: str):
-    """Upload what the instances need, run create-group.sh; returns (instance tags, output)."""
+    """Upload what the instances need, run create-group.sh (its check of the settings reads the
+    bucket); returns (instance tags, output)."""
     prefix = s3.new_prefix("asg")
     with s3_env(s3):
         for f in sorted(corpus_dir.iterdir()):
@@ -43,7 +44,8 @@ def create_group(s3, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, args
                 "OUTPUT": out, "TOKENIZER": f"{prefix}/deploy/vocab.txt", "ARGS": args,
                 "S3_ENDPOINT_URL": s3.endpoint, "SUBNETS": "subnet-0aa,subnet-0bb", "GROUP": GROUP,
                 "REGION": REGION, "SIZE": "2"}
-    record = run_create_group(AWS_DIR / "create-group.sh", settings, tmp_path / "create.jsonl", cloud_cli)
+    record = run_create_group(AWS_DIR / "create-group.sh", {**settings, **s3.env()}, tmp_path / "create.jsonl",
+                              cloud_cli)
     data, tags, asg = aws_launch_template(record)
     assert user_data(data) == (AWS_DIR / "startup.sh").read_text()
     assert data["MetadataOptions"]["HttpTokens"] == "required"  # IMDSv2 only
@@ -51,7 +53,8 @@ def create_group(s3, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, args
     assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
     assert {k: v for k, v in tags.items() if k.startswith("mlm-")} == {
         "mlm-output": out, "mlm-inputs": f"{prefix}/corpus/", "mlm-tokenizer": f"{prefix}/deploy/vocab.txt",
-        "mlm-package": f"{prefix}/deploy/{wheel.name}", "mlm-args": args, "mlm-s3-endpoint-url": s3.endpoint}
+        "mlm-package": f"{prefix}/deploy/{wheel.name}", "mlm-args": args, "mlm-s3-endpoint-url": s3.endpoint,
+        "mlm-max-hours": "24"}
     argv = asg["argv"]
     assert argv[argv.index("--min-size") + 1] == "0"  # so the last instance can leave too
     assert argv[argv.index("--desired-capacity") + 1] == argv[argv.index("--max-size") + 1] == "2"
@@ -142,22 +145,28 @@ def test_instance_killed_mid_task_never_terminates_and_its_task_is_taken_over(
         assert re.search(rf"task {task}: took over the expired lease of {re.escape(owner)}", rescuer_log), rescuer_log
 
 
-def test_failing_prepare_is_not_retried_for_a_usage_error_and_the_instance_stays(
+def test_a_usage_error_is_not_retried_and_the_instance_terminates_itself_after_uploading_its_log(
         seaweedfs, tmp_path, cloud_cli, image, image_venv, wheel, corpus_dir, tokenizer_dir):
+    """Exit 2 fails every instance the same way (here settings that differ from those
+    create-group.sh checked: its tags edited since): the instance leaves its group, log first."""
     script, tags, out = create_group(seaweedfs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir,
-                                     "--max-seq-length 4")
+                                     f"{PREPARE_ARGS} --lease-seconds 30")
+    tags = {**tags, "mlm-args": "--max-seq-length 4"}
     vm = boot("i-0bad0000000000b1", script, tags, seaweedfs, tmp_path, cloud_cli, image, tokenizer_dir, image_venv)
     try:
         assert vm.wait(120) == 2, vm.output()
     finally:
         vm.stop()
-    assert group_calls(vm.calls()) == []
+    calls = vm.calls()
+    assert [c["argv"] for c in group_calls(calls)] == [terminate_call(vm.name)]
+    upload = [i for i, c in enumerate(calls) if c["words"][:2] == ["s3", "cp"] and c["words"][3].endswith(".log")]
+    assert len(upload) == 1 and upload[0] < calls.index(group_calls(calls)[0])  # the log first
     with s3_env(seaweedfs):
         log = read_text(f"{out}/_logs/{vm.name}.log")
         assert listing(f"{out}/_tasks") == []
     assert log.count("prepare --claim, attempt") == 1  # status 2 is no transient failure
     assert "max-seq-length: Input should be greater than or equal to 8" in log
-    assert "prepare failed with status 2" in log and "this VM stays in its group" in log
+    assert "prepare exited 2" in log and "this VM leaves its group" in log and "stays in its group" not in log
 
 
 def test_instance_shut_down_mid_task_stops_prepare_uploads_its_log_and_stays(

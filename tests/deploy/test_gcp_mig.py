@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,10 +28,12 @@ from .vm_harness import (GCP_DIR, PREPARE_ARGS, SETTINGS, freeze_holding_a_lease
 pytestmark = pytest.mark.s3
 
 ZONE, PROJECT, GROUP = "europe-west4-b", "mlm-project", "mlm-workers"
+ACCOUNT = f"mlm-worker@{PROJECT}.iam.gserviceaccount.com"
 
 
-def create_group(gcs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, lease: int):
-    """Upload what the VMs need, run create-group.sh; returns (template attributes, group, output)."""
+def create_group(gcs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, lease: int, max_hours: str = "24"):
+    """Upload what the VMs need, run create-group.sh (its checks read the bucket through the
+    emulator); returns (template attributes, group, output)."""
     prefix = gcs.new_prefix("mig")
     with s3_env(gcs):
         for f in sorted(corpus_dir.iterdir()):
@@ -41,15 +44,16 @@ def create_group(gcs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, lea
     settings = {"BUCKET": gcs.bucket, "PACKAGE": f"{prefix}/deploy/{wheel.name}", "INPUTS": f"{prefix}/corpus/",
                 "OUTPUT": out, "TOKENIZER": f"{prefix}/deploy/vocab.txt",
                 "ARGS": f"{PREPARE_ARGS} --lease-seconds {lease}", "GROUP": GROUP, "ZONE": ZONE,
-                "PROJECT": PROJECT, "SIZE": "2"}
-    record = run_create_group(GCP_DIR / "create-group.sh", settings, tmp_path / "create.jsonl", cloud_cli)
+                "PROJECT": PROJECT, "SIZE": "2", "SERVICE_ACCOUNT": ACCOUNT, "MAX_HOURS": max_hours}
+    record = run_create_group(GCP_DIR / "create-group.sh", {**settings, **gcs.env()}, tmp_path / "create.jsonl",
+                              cloud_cli)
     attributes, group = gcp_template_metadata(record)
     assert group == {"name": GROUP, "zone": ZONE, "template": group["template"], "size": "2",
                      "base-instance-name": GROUP, "project": PROJECT}
     assert attributes["startup-script"] == (GCP_DIR / "startup.sh").read_text()
     assert {k: v for k, v in attributes.items() if k != "startup-script"} == {
         "mlm-output": out, "mlm-inputs": f"{prefix}/corpus/", "mlm-tokenizer": f"{prefix}/deploy/vocab.txt",
-        "mlm-package": f"{prefix}/deploy/{wheel.name}", "mlm-args": settings["ARGS"]}
+        "mlm-package": f"{prefix}/deploy/{wheel.name}", "mlm-args": settings["ARGS"], "mlm-max-hours": max_hours}
     return attributes, group, out
 
 
@@ -176,3 +180,55 @@ def test_late_vm_of_a_regional_group_finds_nothing_to_claim_and_leaves_despite_t
     assert "claimed by" not in log and "prepare exited 0: every task of the run is complete" in log
     with s3_env(fake_gcs):
         assert comparable(read_manifest(out)) == comparable(group_baseline)
+
+
+def test_vm_whose_prepare_fails_for_good_uploads_its_log_and_deletes_itself(
+        fake_gcs, tmp_path, cloud_cli, image, image_venv, wheel, corpus_dir, tokenizer_dir):
+    """A tokenizer that is no tokenizer (here a text file, named in the template after
+    create-group.sh checked it): prepare exits 2, which a rerun cannot fix and which fails every
+    VM alike. The VM is not retried, uploads its log, then deletes itself through the group."""
+    attributes, _, out = create_group(fake_gcs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, lease=30)
+    attributes = {**attributes, "mlm-tokenizer": attributes["mlm-inputs"] + "sample_text.txt"}
+    vm = boot("mlm-workers-b4dt", attributes, fake_gcs, tmp_path, cloud_cli, image, tokenizer_dir, venv=image_venv)
+    try:
+        assert vm.wait(120) == 2, vm.output()
+    finally:
+        vm.stop()
+    calls = vm.calls()
+    assert [c["argv"] for c in group_calls(calls)] == [delete_call(vm.name)]
+    log_url = f"{out}/_logs/{vm.name}.log"
+    upload_log = ["storage", "cp", str(vm.work / "state" / "worker.log"), log_url]
+    assert [c["words"] for c in calls[-2:]] == [upload_log, delete_call(vm.name)[:5]]  # the log first
+    with s3_env(fake_gcs):
+        log = read_text(log_url)
+        assert listing(f"{out}/_tasks") == []
+    assert log.count("prepare --claim, attempt") == 1
+    assert "prepare exited 2" in log and "this VM leaves its group" in log and "stays in its group" not in log
+
+
+def test_vm_ends_itself_when_its_lifetime_is_over_whatever_it_is_doing(
+        fake_gcs, tmp_path, cloud_cli, image, image_venv, wheel, corpus_dir, tokenizer_dir):
+    """mlm-max-hours (here 0.002 h: 7 s) after its start the VM leaves its group even if its
+    script is stuck (stopped here, mid-install or mid-prepare): the script and prepare are ended,
+    the log uploaded, the VM deleted through its group."""
+    attributes, _, out = create_group(fake_gcs, tmp_path, cloud_cli, wheel, corpus_dir, tokenizer_dir, lease=30,
+                                      max_hours="0.002")
+    vm = boot("mlm-workers-0ld0", attributes, fake_gcs, tmp_path, cloud_cli, image, tokenizer_dir, venv=image_venv)
+    log = vm.work / "state" / "worker.log"
+    try:
+        wait_until(lambda: log.exists() and "this VM ends itself 0.002 h after it started" in log.read_text(), 30,
+                   "the watchdog to start", vms=[vm])
+        vm.proc.send_signal(signal.SIGSTOP)  # the script hangs from here on
+        assert vm.wait(60) == -signal.SIGKILL, vm.output()  # ended by its watchdog
+        calls = wait_until(lambda: group_calls(vm.calls()), 60, "the VM to leave its group")
+        prepare = vm.prepare_pid()
+        if prepare is not None:  # gone (or a zombie no one reaps)
+            stat = Path(f"/proc/{prepare}/stat")
+            assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        vm.stop()
+    assert [c["argv"] for c in calls] == [delete_call(vm.name)]
+    with s3_env(fake_gcs):
+        uploaded = read_text(f"{out}/_logs/{vm.name}.log")
+        assert "manifest.json" not in listing(out)
+    assert "maximum lifetime reached (mlm-max-hours 0.002): ending this VM" in uploaded

@@ -10,7 +10,12 @@ process each ("a VM"), against:
 * a stand-in ``gcloud`` / ``aws`` first on ``PATH`` (:func:`install_cloud_cli`): it appends its
   argv (and exit status) to a JSON-lines record; ``gcloud storage cp`` / ``aws s3 cp`` really copy
   through fsspec to the object-store server of the test (SeaweedFS, fake-gcs-server); the
-  group commands succeed (or fail their first N calls); anything else fails loudly.
+  group commands succeed (or fail their first N calls); the IAM reads of ``create-group.sh``
+  answer what ``STANDIN_IAM`` (GCP: the project's and the bucket's policies, custom roles'
+  permissions) or ``STANDIN_PROFILE_ROLE`` / ``STANDIN_DENIED`` (AWS: the instance profile's role,
+  the actions its policy simulation denies) say, by default roles that suffice; anything else
+  fails loudly. Beside them, ``mlm-pipeline`` runs this checkout's CLI (``create-group.sh`` checks
+  the settings with it).
 * an "image": a Python whose site-packages holds mlm-pipeline's dependencies but not
   mlm-pipeline (:func:`image_site`, put on ``PYTHONPATH``), so the script's own venv + ``pip
   install`` of the wheel from the bucket runs for real, offline (``PIP_NO_INDEX=1``).
@@ -188,6 +193,29 @@ def starts(words, *prefixes):
     return any(tuple(words[:len(p)]) == p for p in prefixes)
 
 
+def values_of(flag):
+    """The values after ``flag`` up to the next flag."""
+    out = []
+    if flag in argv:
+        for a in argv[argv.index(flag) + 1:]:
+            if a.startswith("--"):
+                break
+            out.append(a)
+    return out
+
+
+def iam():
+    """GCP policies and custom roles (STANDIN_IAM), by default the roles create-group.sh asks for."""
+    member = "serviceAccount:" + os.environ.get("SERVICE_ACCOUNT", "")
+    default = {{"project": {{"roles/compute.instanceAdmin.v1": [member]}},
+               "bucket": {{"roles/storage.objectAdmin": [member]}}, "roles": {{}}}}
+    return json.loads(os.environ["STANDIN_IAM"]) if os.environ.get("STANDIN_IAM") else default
+
+
+def policy(bindings):
+    return json.dumps({{"bindings": [{{"role": r, "members": m}} for r, m in bindings.items()], "etag": "BwX="}})
+
+
 status, extra = 0, {{}}
 words = positional(argv)
 group_cmds = (("compute", "instance-groups", "managed", "delete-instances"),
@@ -204,9 +232,29 @@ elif starts(words, *group_cmds):
     if earlier < int(os.environ.get("STANDIN_FAIL_GROUP_CALLS", "0")):
         print("ERROR: service unavailable, try again", file=sys.stderr)
         status = 1
+elif starts(words, ("config", "get-value", "project")):
+    print(os.environ.get("STANDIN_PROJECT", "standin-project"))
+elif starts(words, ("projects", "get-iam-policy")):
+    print(policy(iam()["project"]))
+elif starts(words, ("storage", "buckets", "get-iam-policy")):
+    print(policy(iam()["bucket"]))
+elif starts(words, ("iam", "roles", "describe")) and words[3] in iam()["roles"]:
+    print(json.dumps({{"name": words[3], "includedPermissions": iam()["roles"][words[3]]}}))
+elif starts(words, ("iam", "get-instance-profile")):
+    role = os.environ.get("STANDIN_PROFILE_ROLE", "arn:aws:iam::123456789012:role/mlm-pipeline-worker")
+    if role == "missing":
+        print("An error occurred (NoSuchEntity) when calling the GetInstanceProfile operation", file=sys.stderr)
+        status = 254
+    else:
+        print(role)
+elif starts(words, ("iam", "simulate-principal-policy")):
+    denied = os.environ.get("STANDIN_DENIED", "").split()
+    print("\t".join(a for a in values_of("--action-names") if a in denied))
 elif starts(words, ("compute", "instance-templates", "create"), ("compute", "instance-groups", "managed", "create"),
             ("ec2", "create-launch-template"), ("autoscaling", "create-auto-scaling-group"),
-            ("autoscaling", "suspend-processes")):
+            ("autoscaling", "suspend-processes"), ("compute", "instance-templates", "delete"),
+            ("compute", "instance-groups", "managed", "delete"), ("ec2", "delete-launch-template"),
+            ("autoscaling", "delete-auto-scaling-group")):
     for a in argv:  # the launch template's data is a temporary file: keep its content
         if a.startswith("file://"):
             extra["file"] = open(a[len("file://"):]).read()
@@ -221,12 +269,16 @@ sys.exit(status)
 
 
 def install_cloud_cli(bin_dir: Path) -> Path:
-    """Write the stand-in ``gcloud`` and ``aws`` into ``bin_dir`` (to go first on PATH)."""
+    """Write the stand-in ``gcloud`` and ``aws`` into ``bin_dir`` (to go first on PATH), and an
+    ``mlm-pipeline`` that runs this checkout's CLI (the VMs run their own, from their venv)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for tool in ("gcloud", "aws"):
         path = bin_dir / tool
         path.write_text(STANDIN.format(python=sys.executable, tool=tool))
         path.chmod(0o755)
+    cli = bin_dir / "mlm-pipeline"
+    cli.write_text(f'#!/bin/sh\nPYTHONPATH={REPO / "src"} exec {sys.executable} -m mlm_pipeline.cli "$@"\n')
+    cli.chmod(0o755)
     return bin_dir
 
 
@@ -310,11 +362,17 @@ def read_text(url: str) -> str:
 
 
 def run_create_group(script: Path, env_extra: dict, record: Path, bin_dir: Path) -> list[dict]:
+    create_group_output(script, env_extra, record, bin_dir)
+    return read_record(record)
+
+
+def create_group_output(script: Path, env_extra: dict, record: Path, bin_dir: Path) -> str:
+    """Run a create-group.sh with the stand-ins first on PATH; its stdout (CalledProcessError if it fails)."""
     env = {**os.environ, **env_extra, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "STANDIN_RECORD": str(record)}
     env.pop("PYTHONPATH", None)
-    subprocess.run(["bash", str(script)], env=env, check=True, capture_output=True, text=True, timeout=60)
-    return read_record(record)
+    return subprocess.run(["bash", str(script)], env=env, check=True, capture_output=True, text=True,
+                          timeout=120).stdout
 
 
 def gcp_template_metadata(record: list[dict]) -> tuple[dict[str, str], dict]:
@@ -380,12 +438,13 @@ class VM:
             raise AssertionError(f"VM {self.name} still running after {timeout}s:\n{self.output()}") from None
 
     def kill(self) -> None:
-        """The VM dies: SIGKILL to the script and everything it started."""
+        """The VM dies: SIGKILL to the script and everything it started (also what outlived the
+        script: its lifetime watchdog sleeps on after a script that exits leaving the VM up)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
 
     def stop(self) -> None:

@@ -52,3 +52,22 @@ def test_a_staging_directory_others_can_write_is_not_shared(tmp_path, monkeypatc
     assert not mine.startswith(str(root) + os.sep) and os.path.isdir(mine)
     assert os.stat(mine).st_mode & 0o077 == 0
     assert (root / "process-999999999").exists()
+
+
+def test_a_shard_write_that_fills_the_disk_names_the_file():
+    """``[Errno 28] No space left on device`` names no file: the shard file being written is named."""
+    import os
+
+    import pytest
+
+    from mlm_pipeline.formats.sink import HashingFile
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full (a device whose every write fails with ENOSPC) on this system")
+    f = HashingFile("/dev/full")
+    f.write(b"x" * 100)  # (buffered)
+    with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device: '/dev/full'$"):
+        f.close()
+    f = HashingFile("/dev/full")
+    with pytest.raises(OSError, match=r"No space left on device: '/dev/full'$"):
+        f.write(b"x" * (1 << 20))  # (past the buffer)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from loader.loader_helpers import prepare_output
+from loader.loader_helpers import prepare_output, prepare_tiny_output
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -36,3 +36,9 @@ def tfrecord_out(tmp_path_factory):
 def short_out(tmp_path_factory):
     """max_seq_length 64: cheaper training steps for the smoke tests."""
     return prepare_output(tmp_path_factory.mktemp("pq64"), fmt="parquet", max_seq_length=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_out(tmp_path_factory):
+    """139 unmasked instances of 32 tokens: training tests that cross an epoch in 14 steps of 10."""
+    return prepare_tiny_output(tmp_path_factory.mktemp("tiny") / "out")

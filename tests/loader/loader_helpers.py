@@ -24,6 +24,29 @@ def prepare_output(out: Path, *, fmt: str, max_seq_length: int = 128) -> str:
     return str(out)
 
 
+def prepare_tiny_output(out: Path) -> str:
+    """139 unmasked instances of 32 tokens from the first 25 KB of WikiText-2: an epoch of 14 batches
+    of 10, for training tests that cross epochs in a few steps."""
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+
+    text = out.parent / f"{out.name}-input.txt"
+    lines, size = [], 0
+    with open(WIKITEXT, encoding="utf-8") as f:
+        for line in f:
+            if size >= 25_000:
+                break
+            lines.append(line)
+            size += len(line.encode())
+    text.write_text("".join(lines), encoding="utf-8")
+    config = PrepareConfig(
+        inputs=[str(text)], output=str(out), tokenizer=str(VOCAB), format="parquet", workers=1, progress=False,
+        max_seq_length=32, masking="none", input_format="wikitext",
+    )
+    run_prepare(config)
+    return str(out)
+
+
 def write_output(out: Path, batches: list, *, fmt: str, objective: str, masking: str,
                  max_seq_length: int = 128, max_predictions: int = 20) -> str:
     """A hand-made prepared output: one shard per batch (empty batches give empty shards)."""

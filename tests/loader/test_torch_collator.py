@@ -269,18 +269,14 @@ def test_a_collator_of_another_vocab_is_refused_by_the_loader(parquet_out, tmp_p
         assert (batch["input_ids"] == 103).any()
 
 
-def test_a_static_collator_on_shards_without_masks_is_refused_by_the_loader(tmp_path):
+def test_a_static_collator_on_shards_without_masks_is_refused_by_the_loader(tiny_out):
     """Shards prepared with --masking none hold no masks: a collator built directly with
     masking='static' gave batches whose labels were all -100 (a NaN loss); refused like
-    dataset.collator(masking='static')."""
-    from mlm_pipeline.config import PrepareConfig
-    from mlm_pipeline.pipeline import run_prepare
+    dataset.collator(masking='static'), by MLMDataLoader and, under a plain DataLoader, by the
+    collator itself."""
     from mlm_pipeline.torch import MLMDataLoader
 
-    out = tmp_path / "unmasked"
-    run_prepare(PrepareConfig(inputs=[str(WIKITEXT)], output=str(out), tokenizer=str(VOCAB), workers=1,
-                              progress=False, masking="none", format="parquet"))
-    dataset = MLMDataset(str(out), seed=1)
+    dataset = MLMDataset(tiny_out, seed=1)
     with pytest.raises(ValueError, match=r"prepared without masks \(masking: none\)"):
         dataset.collator(masking="static")
     with pytest.raises(ValueError, match=r"prepared without masks \(masking: none\), so a collator with "
@@ -288,3 +284,11 @@ def test_a_static_collator_on_shards_without_masks_is_refused_by_the_loader(tmp_
         MLMDataLoader(dataset, batch_size=4, collate_fn=MLMCollator(str(VOCAB), masking="static"))
     batch = next(iter(MLMDataLoader(dataset, batch_size=4, collate_fn=MLMCollator(str(VOCAB), masking="dynamic"))))
     assert (batch["labels"] != -100).any()
+    # a plain DataLoader (the HF Trainer's) knows nothing of the output: the collator refuses the first batch
+    static = MLMCollator(str(VOCAB), masking="static")
+    samples = list(dataset)[:4]
+    assert (static([dict(s, weight=0.0) for s in samples])["labels"] == -100).all()  # padding only: no verdict yet
+    plain = torch.utils.data.DataLoader(dataset, batch_size=4, collate_fn=static)
+    with pytest.raises(ValueError, match=r"masking='static' uses the masks stored in the shards, and these samples "
+                                         r"have none: the output was prepared without masks \(masking: none\)"):
+        next(iter(plain))

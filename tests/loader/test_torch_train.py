@@ -59,6 +59,7 @@ def test_resuming_a_checkpoint_continues_with_the_same_batches(short_out, tmp_pa
     full, resumed = _rows(tmp_path / "a" / "loss.csv"), _rows(tmp_path / "b" / "loss.csv")
     assert [r["step"] for r in resumed] == ["4", "5", "6"]
     assert [r["batch_crc"] for r in resumed] == [r["batch_crc"] for r in full[3:]]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in full[3:]]  # and the same dropout
     assert len({r["batch_crc"] for r in full}) == 6
     assert "callbacks used to create the checkpoint" not in result.output  # Lightning's note, not ours
     # a checkpoint of another model shape: one line, exit 2
@@ -168,6 +169,28 @@ def test_a_resumed_run_keeps_the_epochs_of_an_uninterrupted_one(tmp_path):
     assert [r["epoch"] for r in full] == ["0"] * epoch + ["1"] * epoch + ["2"] * 3
     assert [(r["step"], r["epoch"], r["batch_crc"]) for r in resumed] == [
         (r["step"], r["epoch"], r["batch_crc"]) for r in full[epoch // 2:]]
+
+
+def test_a_resumed_run_has_the_losses_of_an_uninterrupted_one(tiny_out, tmp_path):
+    """The checkpoints hold the random generators' state (dropout draws from torch's), restored
+    before the first resumed step; starting a data pass draws from a generator of its own. So a run
+    resumed mid-epoch, or at the end of an epoch (where the uninterrupted run starts its next pass
+    between the two steps), has the uninterrupted run's losses, not only its batches."""
+    from mlm_pipeline.torch import MLMDataLoader, MLMDataset
+
+    dataset = MLMDataset(tiny_out, shuffle_buffer=64)
+    assert len(MLMDataLoader(dataset, batch_size=10, collate_fn=dataset.collator())) == 14  # one epoch
+    common = dict(data=tiny_out, batch_size=10, layers=1, hidden=16, heads=2, threads=1, eval_batches=1, log_every=0,
+                  shuffle_buffer=64, masking="dynamic", steps=18)
+    main(TrainConfig(**common, save_every=7, output_dir=str(tmp_path / "full")))
+    full = _rows(tmp_path / "full" / "loss.csv")
+    assert [r["epoch"] for r in full] == ["0"] * 14 + ["1"] * 4
+    for step in (7, 14):  # mid-epoch, end of the epoch
+        main(TrainConfig(**common, output_dir=str(tmp_path / f"from{step}"),
+                         resume=str(tmp_path / "full" / "checkpoints" / f"step={step}.ckpt")))
+        resumed = _rows(tmp_path / f"from{step}" / "loss.csv")
+        assert [(r["step"], r["batch_crc"], r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in resumed] == [
+            (r["step"], r["batch_crc"], r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in full[step:]], step
 
 
 def test_a_second_run_into_one_output_dir_is_refused_or_replaces_the_first(short_out, tmp_path):

@@ -82,3 +82,26 @@ def test_segment_documents_counts():
     assert stats.sentences == 200
     assert stats.documents_skipped == {"empty": 50}
     assert stats.documents_with_replaced_bytes == 50
+
+
+def test_a_document_over_the_call_limit_is_segmented_in_bounded_calls(sample_dir, monkeypatch):
+    """Paragraphs under SEGMENT_CHARS come out as alone; a longer one is segmented in pieces of
+    at most that size, with every non-space character kept in order."""
+    from mlm_pipeline.read import sentences
+
+    text = (sample_dir / "wikitext2-train-1MB.txt").read_text(encoding="utf-8")
+    paragraphs = paragraphs_of(text)[:400]
+    alone = [split_sentences([p])[0] for p in paragraphs]
+    long_paragraph = " ".join(paragraphs[:40])
+    whole = split_sentences([long_paragraph])[0]
+    calls = []
+    segment = sentences._text_to_sentences
+    monkeypatch.setattr(sentences, "_text_to_sentences", lambda t: calls.append(len(t)) or segment(t))
+    monkeypatch.setattr(sentences, "SEGMENT_CHARS", 3000)
+    assert max(map(len, paragraphs)) < 3000 < len(long_paragraph)
+    got = split_sentences([*paragraphs, long_paragraph, *paragraphs[:5]])
+    assert max(calls) <= 3000
+    assert got[:400] == alone and got[401:] == alone[:5]
+    assert re.sub(r"\s", "", "".join(got[400])) == re.sub(r"\s", "", long_paragraph)
+    # the pieces end at sentence ends where there are some: nearly all sentences are those of one call
+    assert len(set(got[400]) & set(whole)) > 0.9 * len(whole)

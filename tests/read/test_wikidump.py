@@ -429,3 +429,50 @@ def test_abandoned_reader_does_not_abort_the_interpreter(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "read one\n" and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- damaged pages
+
+
+def test_a_page_over_the_cap_is_read_up_to_it_at_a_line_end(whole_sample, plain_xml):
+    """Pages cut at a cap of 100 KB: every page still counted once, the cut ones in ``pages_cut``,
+    each cut article read from its start (its first paragraphs as whole), whatever the pieces."""
+    full_docs, _, _ = whole_sample
+    xml = bz2.decompress(SINGLE.read_bytes())
+    pages = list(owned_pages(iter([(xml, True)]), "utf-8"))
+    big = [p for p in pages if len(p) > 100_000]  # (the XML of the page, escapes included)
+    for target in (10**12, 700_000):
+        docs, stats, _ = read_dump(plain_xml, target, options=WikiOptions(max_page_bytes=100_000))
+        assert stats.documents_read + sum(stats.documents_skipped.values()) == 206
+        assert dict(stats.documents_skipped) == SAMPLE_SKIPS
+        assert stats.pages_cut == len(big) == 21
+        assert len(docs) == len(full_docs)
+        for doc, full in zip(docs, full_docs):
+            assert doc == full or (doc[:3] == full[:3] and len(doc) <= len(full))
+
+
+def test_an_unclosed_page_in_a_utf16_dump_is_counted_and_the_next_read():
+    """The missing ``</page>`` found in UTF-16 too (its tags are found at character offsets)."""
+    data = bz2.decompress(BGWIKI.read_bytes())
+    close = "</page>".encode("utf-16-le")
+    first = data.index(close)
+    assert first % 2 == 0
+    stats = ReadStats()
+    pages = list(owned_pages(iter([(data[:first] + data[first + len(close):], True)]), "utf-16-le",
+                             report=lambda problem, at, head: stats.skip(problem)))
+    assert len(pages) == 2 and dict(stats.documents_skipped) == {"unclosed": 1}
+    assert [parse_page(p.decode("utf-16-le")).title for p in pages] == [
+        parse_page(p.decode("utf-16-le")).title for p in owned_pages(iter([(data, True)]), "utf-16-le")][1:]
+
+
+def test_a_multistream_dump_cut_short_is_planned_as_the_whole_dump(tmp_path):
+    """The pieces come from the index, not from the file's size: once the file is whole, the
+    same tasks."""
+    whole = split_dump(str(MULTI), 300_000, index_url=str(MULTI_INDEX))
+    short = tmp_path / MULTI.name
+    short.write_bytes(MULTI.read_bytes()[:1_100_000])
+    assert split_dump(str(short), 300_000, index_url=str(MULTI_INDEX)) == whole
+    stats = ReadStats()
+    with pytest.raises(InputError, match="truncated: the file ends at byte 1100000, before the bz2 stream at byte "
+                                         "1618059 that .*index.txt.bz2 lists"):
+        list(read_dump_piece(str(short), *whole[-1], WikiOptions(), stats, index_url=str(MULTI_INDEX)))

@@ -314,3 +314,36 @@ def test_tokens_left_out_of_every_instance_are_warned_about_for_each_objective(t
     assert warned and "--sentence-split" not in warned[0] and "--max-seq-length (now 128)" in warned[0]
     packed = run("packed", objective="packed")
     assert lost_tokens(packed)[0] == 0 and not any("are in no instance" in w for w in report_data(packed)["warnings"])
+
+
+@pytest.mark.parametrize("crafted", [{"abc": 5}, {"12": "x"}, {"-3": 2}, {"1e309": 1}, {"9" * 5000: 1}, {"7": None},
+                                     [1, 2]], ids=["word", "count", "negative", "float", "long", "null", "list"])
+def test_a_crafted_histogram_in_the_manifest_is_a_clean_error(prepared, crafted):
+    """``report`` printed a traceback for a histogram key that is not a number: the text and the
+    JSON/HTML data refuse it, naming the statistic (the CLI: exit 2, below)."""
+    from mlm_pipeline.errors import InspectError
+    from mlm_pipeline.report import render_report, report_data
+
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    for name in ("instance_length_histogram", "masked_per_instance_histogram"):
+        edited = {**manifest, "totals": {**manifest["totals"], name: crafted}}
+        for render in (render_report, report_data):
+            with pytest.raises(InspectError, match=rf"^manifest.json: totals.{name} .*the manifest is damaged or was edited"):
+                render(edited)
+
+
+def test_report_of_a_crafted_histogram_exits_2_and_counts_of_0_are_shown(prepared, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["totals"]["masked_per_instance_histogram"] = {"abc": 5}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    for extra in ([], ["--json"]):
+        got = cli("report", out, *extra, check_code=2)
+        assert "error: manifest.json: totals.masked_per_instance_histogram holds 'abc': '5', not a count" in got.stderr
+    # counts of 0 (nothing wrong in their type) are shown, not divided by
+    manifest["totals"]["masked_per_instance_histogram"] = {"0": 0, "3": 0}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert "masked positions per instance" in cli("report", out).stdout

@@ -48,6 +48,7 @@ class HashingFile(io.RawIOBase):
 
     def __init__(self, path: str):
         super().__init__()
+        self._path = path
         self._f = open_in_tmp(path, "wb")
         self._sha256 = hashlib.sha256()
         self._position = 0
@@ -57,7 +58,10 @@ class HashingFile(io.RawIOBase):
 
     def write(self, data) -> int:
         self._sha256.update(data)
-        written = self._f.write(data)
+        try:
+            written = self._f.write(data)
+        except OSError as exc:  # a full disk's error names no file: this one
+            raise fs.naming(exc, self._path)
         self._position += written
         return written
 
@@ -69,8 +73,12 @@ class HashingFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            self._f.close()
-        super().close()
+            try:
+                self._f.close()  # (flushes)
+            except OSError as exc:
+                raise fs.naming(exc, self._path)
+            finally:
+                super().close()
 
 
 

@@ -75,7 +75,7 @@ class BitWindow:
     """The compressed bytes of a file from ``start`` on, read forward on demand and addressed
     by absolute byte or bit offset; bytes before ``release``'s offset are forgotten."""
 
-    def __init__(self, f: BinaryIO, start: int, url: str) -> None:
+    def __init__(self, f: BinaryIO, start: int, url: str, limit: int | None = None) -> None:
         start = max(0, start - 8)  # room to see a stream header just before ``start``
         f.seek(start)
         self._f = f
@@ -83,6 +83,7 @@ class BitWindow:
         self.base = start
         self.buf = bytearray()
         self.eof = False
+        self.limit = limit  # the file is read as if it ended here (None: at its end)
 
     def end(self) -> int:
         """Absolute offset just past the bytes held."""
@@ -91,7 +92,10 @@ class BitWindow:
     def fill(self, upto: int) -> int:
         """Hold bytes up to absolute offset ``upto`` if the file has them; return ``end()``."""
         while self.end() < upto and not self.eof:
-            data = self._f.read(max(READ_BYTES, upto - self.end()))
+            want = max(READ_BYTES, upto - self.end())
+            if self.limit is not None:
+                want = min(want, self.limit - self.end())
+            data = self._f.read(want) if want > 0 else b""
             if not data:
                 self.eof = True
                 break
@@ -337,7 +341,7 @@ def _next_stream(window: BitWindow, eos: int) -> int | None:
 
 
 def owned_blocks(
-    f: BinaryIO, url: str, start: int, end: int | None
+    f: BinaryIO, url: str, start: int, end: int | None, limit: int | None = None
 ) -> Iterator[tuple[bytes, bool]]:
     """Decoded data of the blocks that compressed byte range ``[start, end)`` owns, as
     ``(data, True)`` chunks, then of the blocks after them as ``(data, False)`` for as long as
@@ -346,10 +350,10 @@ def owned_blocks(
     Raises ``InputError`` for corrupt or truncated bz2 data (naming ``url`` and the offset).
     When the file is cut inside the first block after the owned ones, the owned data still
     comes whole, followed by an empty ``(b"", False)``; the error is raised only if the caller
-    reads on.
+    reads on. ``limit``: the file is read as if it ended there (``data_end``).
     """
     try:
-        yield from _owned_blocks(BitWindow(f, start, url), start, end)
+        yield from _owned_blocks(BitWindow(f, start, url, limit), start, end)
     except _Failure as exc:
         raise exc.error from exc.__cause__
 
@@ -495,7 +499,7 @@ def _closed_at_exit(stream):
 
 
 def whole_streams(
-    f: BinaryIO, url: str, start: int, end: int | None
+    f: BinaryIO, url: str, start: int, end: int | None, limit: int | None = None
 ) -> Iterator[tuple[bytes, bool]]:
     """Like ``owned_blocks`` for a range made of whole streams (``start`` and ``end`` are
     stream starts or the file ends, as a multistream index gives them): the owned streams are
@@ -504,7 +508,7 @@ def whole_streams(
     import indexed_bzip2
 
     f.seek(0, 2)
-    stop = f.tell() if end is None else end
+    stop = (f.tell() if limit is None else min(limit, f.tell())) if end is None else end
     try:
         stream = indexed_bzip2.open(_Range(f, start, stop), parallelization=1)
         with _closed_at_exit(stream):
@@ -515,7 +519,7 @@ def whole_streams(
                 yield data, True
     except (RuntimeError, ValueError, OSError) as exc:
         # indexed_bzip2 does not say where: decode again with the standard library, which does
-        for data, owned in owned_blocks(f, url, start, end):
+        for data, owned in owned_blocks(f, url, start, end, limit):
             if not owned:
                 break
         raise InputError(
@@ -523,5 +527,36 @@ def whole_streams(
         ) from exc
     if end is not None:
         yield b"", False  # the owned data ends here, before any error in what follows
-        for data, _ in owned_blocks(f, url, end, None):
+        for data, _ in owned_blocks(f, url, end, None, limit):
             yield data, False
+
+
+TAIL_BYTES = 1 << 20
+"""How far from its end a file is searched for the end of its last stream (``data_end``)."""
+
+
+def data_end(f: BinaryIO, url: str, size: int) -> int:
+    """Where the bz2 data of a file ends: ``size``, or the end of its last stream when bytes
+    that are not a stream follow it (trailing garbage, which ``bzip2 -d`` ignores with a
+    warning; ``indexed_bzip2`` and the standard library's ``BZ2File`` ignore it too, but a
+    reader entering the file in the middle took it for a corrupt block).
+
+    The last stream's end marker is looked for in the last ``TAIL_BYTES`` of the file: the last
+    48-bit end magic there followed by zero padding bits. Bytes after it that begin with a
+    stream header (``BZh1``-``BZh9``) are a stream, maybe truncated: not garbage, left to the
+    reader, which names what is wrong with them."""
+    lo = max(0, size - TAIL_BYTES)
+    f.seek(lo)
+    tail = f.read(size - lo)
+    window = BitWindow(io.BytesIO(tail), 0, url)
+    last = None
+    bit = 0
+    while (eos := window.find(_EOS, bit, None)) is not None:
+        crc_end = eos + MAGIC_BITS + 32
+        after = (crc_end + 7) // 8
+        if after <= len(tail) and (crc_end % 8 == 0 or not tail[after - 1] & ((1 << (8 - crc_end % 8)) - 1)):
+            last = after
+        bit = eos + 1
+    if last is None or last == len(tail) or _HEADER.match(tail, last):
+        return size
+    return lo + last

@@ -37,6 +37,7 @@ back to the previous sentence.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator, Sequence
 
 from mlm_pipeline.stats import ReadStats
@@ -59,8 +60,19 @@ def _text_to_sentences(text: str) -> str:
 
     return blingfire.text_to_sentences(text)
 
+SEGMENT_CHARS = 1 << 20
+"""The most characters in one blingfire call: it holds about 25 bytes per byte of its input (a
+16 MB paragraph took 520 MB), so a longer document is segmented in calls of up to this size
+(each paragraph comes out as alone whatever it is called with) and a longer paragraph in pieces
+(:func:`_pieces`)."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?]) (?=[A-Z])")
+_SPACE = re.compile(r"(?<=\S)\s")
+
+
 def split_sentences(paragraphs: Sequence[str]) -> list[list[str]]:
-    """Split each paragraph into stripped, non-empty sentences, in one blingfire call.
+    """Split each paragraph into stripped, non-empty sentences, in one blingfire call (for a
+    document over ``SEGMENT_CHARS``, one per that many characters).
 
     Returns one list per input paragraph (empty for a blank paragraph). Every paragraph is
     followed by U+2029 and a newline in the call, which makes each come out as it does alone
@@ -68,6 +80,8 @@ def split_sentences(paragraphs: Sequence[str]) -> list[list[str]]:
     """
     if not paragraphs:
         return []
+    if sum(map(len, paragraphs)) + 2 * len(paragraphs) > SEGMENT_CHARS:
+        return _split_long(paragraphs)
     out = _text_to_sentences(_JOIN.join(paragraphs) + _JOIN)
     chunks = out.split(PARAGRAPH_SEPARATOR)
     if len(chunks) != len(paragraphs) + 1:
@@ -79,6 +93,48 @@ def split_sentences(paragraphs: Sequence[str]) -> list[list[str]]:
             sents = _split_one(para)
         result.append(sents)
     return result
+
+
+def _split_long(paragraphs: Sequence[str]) -> list[list[str]]:
+    """:func:`split_sentences` of a document over ``SEGMENT_CHARS``: runs of paragraphs up to that
+    size per call, a longer paragraph cut into pieces, each segmented alone. A sentence of such a
+    paragraph may end at a cut (one that is not a sentence end)."""
+    result: list[list[str]] = []
+    group: list[str] = []
+    size = 0
+    for para in paragraphs:
+        if len(para) + 2 > SEGMENT_CHARS:
+            result.extend(split_sentences(group) if group else [])
+            group, size = [], 0
+            result.append([s for piece in _pieces(para) for ss in split_sentences([piece]) for s in ss])
+            continue
+        if size + len(para) + 2 > SEGMENT_CHARS:
+            result.extend(split_sentences(group))
+            group, size = [], 0
+        group.append(para)
+        size += len(para) + 2
+    result.extend(split_sentences(group) if group else [])
+    return result
+
+
+def _pieces(paragraph: str) -> list[str]:
+    """A paragraph over ``SEGMENT_CHARS`` in pieces of at least half that: each ends at the last
+    likely sentence end (``. `` before a capital) of its window, else at its last space, else at
+    the window's end."""
+    pieces, start, limit = [], 0, SEGMENT_CHARS - 2
+    while len(paragraph) - start > limit:
+        lo, hi = start + limit // 2, start + limit
+        cut = None
+        for pattern in (_SENTENCE_END, _SPACE):
+            for found in pattern.finditer(paragraph, lo, hi):
+                cut = found.start()
+            if cut is not None:
+                break
+        cut = hi if cut is None else cut
+        pieces.append(paragraph[start:cut])
+        start = cut
+    pieces.append(paragraph[start:])
+    return pieces
 
 
 def _split_one(paragraph: str) -> list[str]:

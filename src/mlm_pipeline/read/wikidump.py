@@ -25,11 +25,14 @@ Filtering, each skip counted in ``ReadStats.documents_skipped`` by reason, in th
 element, or ``#REDIRECT`` text in exports without it), ``disambiguation`` (a disambiguation or
 set-index template, any case: ``{{disambiguation}}``, ``{{dab}}``, ``{{geodis}}``, ...; titles
 are not used: 3 of the 8 in the bundled sample lack "(disambiguation)"), ``empty`` (nothing
-left after cleaning).
+left after cleaning); before them ``bad_page`` (damaged XML: no ``</page>`` before the next
+``<page>``, or no ``</text>`` before ``</page>``) and, by ``on_decode_error``, ``invalid_utf8``.
+A page's XML past ``MAX_PAGE_BYTES`` is not read (counted ``pages_cut``).
 
 Why a scan, not an XML parser: pages are found with ``bytes.find`` on ``<page>``/``</page>``
 and their few fields with ``str.find``; export XML has one fixed layout and escapes ``<`` in
-text, so the tags cannot occur inside text. On the bundled sample, scanning and parsing pages
+text, so the tags cannot occur inside text (a damaged or forged dump where they do loses the
+page they cut, counted, never the next one). On the bundled sample, scanning and parsing pages
 cost under a tenth of the read (decompressing and cleaning are the rest).
 
 Why one module: splitting and reading share the page-ownership rule above, so they stay side by
@@ -39,6 +42,7 @@ side (a change to one must be made to the other); the plug-in is ``wikidump_form
 from __future__ import annotations
 
 import bz2
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -46,7 +50,7 @@ from typing import BinaryIO, Iterator
 
 from mlm_pipeline import fs
 from mlm_pipeline.errors import InputError
-from mlm_pipeline.read.bz2blocks import owned_blocks, whole_streams
+from mlm_pipeline.read.bz2blocks import TAIL_BYTES, data_end, owned_blocks, whole_streams
 from mlm_pipeline.read.wikitext import (
     CATEGORY_NAMESPACES,
     FILE_NAMESPACES,
@@ -55,11 +59,19 @@ from mlm_pipeline.read.wikitext import (
 )
 from mlm_pipeline.stats import ReadStats
 
+log = logging.getLogger("mlm_pipeline")
+
 KINDS = ("xml", "bz2", "multistream")
 FILE_NS, CATEGORY_NS = 6, 14
 READ_BYTES = 1 << 20
 HEAD_BYTES = 1 << 20
 """At most this much of the decompressed head is read to find ``<siteinfo>``."""
+MAX_PAGE_BYTES = 8 << 20
+"""A page's XML past this many bytes is not read (the page is cut, counted ``pages_cut``): memory
+stays bounded whatever a page holds. Wikipedia accepts at most 2 MiB of wikitext a page, so an
+article is cut only in a damaged or forged dump (its XML escapes and UTF-16 have room too)."""
+WARNED_PAGES = 3
+"""Pages skipped as ``bad_page`` or cut that are named in a warning, per task (all are counted)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,9 @@ class WikiOptions:
     keep_headings: section headings become paragraphs of their own (default: dropped).
     keep_tables: table captions and cells become paragraphs (default: tables dropped).
     skip_disambiguation: drop disambiguation and set-index pages.
-    on_decode_error: ``replace``, ``skip`` (counted ``invalid_utf8``) or ``fail``.
+    on_decode_error: ``replace``, ``skip`` (counted ``invalid_utf8``) or ``fail``; also for a
+    character reference to a UTF-16 surrogate (``&#xD800;``), which is no character.
+    max_page_bytes: a page's XML is read up to this many bytes (``MAX_PAGE_BYTES``).
     """
 
     namespaces: frozenset[int] = field(default_factory=lambda: frozenset({0}))
@@ -78,8 +92,11 @@ class WikiOptions:
     keep_tables: bool = False
     skip_disambiguation: bool = True
     on_decode_error: str = "replace"
+    max_page_bytes: int = MAX_PAGE_BYTES
 
     def __post_init__(self) -> None:
+        if self.max_page_bytes < 1024:
+            raise ValueError(f"max_page_bytes must be >= 1024, got {self.max_page_bytes}")
         if self.on_decode_error not in ("replace", "skip", "fail"):
             raise ValueError(
                 f"on_decode_error must be replace, skip or fail, got {self.on_decode_error!r}"
@@ -163,8 +180,9 @@ def split_dump(
         index_url = index_url or find_index(url)
         if index_url is not None:
             meta["kind"] = "multistream"
-            cuts = _stream_cuts(read_stream_offsets(index_url), size, target_bytes)
-            _check_cuts(url, index_url, cuts)
+            offsets = read_stream_offsets(index_url)
+            cuts = _stream_cuts(offsets, target_bytes)
+            _check_cuts(url, index_url, cuts, size, offsets[-1])
         else:
             meta["kind"] = "bz2"
             cuts = list(range(target_bytes, size, target_bytes))
@@ -178,22 +196,29 @@ def split_dump(
     return [(s, e, dict(meta)) for s, e in zip(starts, ends)]
 
 
-def _stream_cuts(offsets: list[int], size: int, target: int) -> list[int]:
+def _stream_cuts(offsets: list[int], target: int) -> list[int]:
     """Stream starts at which to cut so that each piece holds about ``target`` bytes (never at
-    the first page stream: the header stream before it holds no page)."""
+    the first page stream: the header stream before it holds no page). Taken from the index
+    alone, not the file's size: a dump cut short (a download not finished) is planned as the
+    whole dump, so once it is whole the same command resumes the same tasks."""
     cuts = []
     last = 0
     for offset in offsets[1:]:
-        if offset >= size:
-            break
         if offset - last >= target:
             cuts.append(offset)
             last = offset
     return cuts
 
 
-def _check_cuts(url: str, index_url: str, cuts: list[int]) -> None:
-    """A bz2 stream header at the first and last cuts: the index belongs to this dump."""
+def _check_cuts(url: str, index_url: str, cuts: list[int], size: int, last: int) -> None:
+    """A bz2 stream header at the first and last cuts in the file: the index belongs to this
+    dump. A stream listed past the file's end (``last``): the dump is incomplete; the tasks
+    that read there fail, naming it."""
+    if last >= size:
+        log.warning("%s ends at byte %d, but its index %s lists streams up to byte %d: the dump is incomplete "
+                    "(a download not finished?); the tasks that read past its end fail until it is whole",
+                    url, size, index_url, last)
+    cuts = [c for c in cuts if c < size]
     with _open(url) as f:
         for offset in {*cuts[:2], *cuts[-1:]}:
             f.seek(offset)
@@ -307,6 +332,7 @@ def read_dump_piece(
     meta: dict,
     options: WikiOptions,
     stats: ReadStats,
+    index_url: str | None = None,
 ) -> Iterator[list[str]]:
     """Documents (non-empty lists of sentences), one per kept article, of the pages that the
     piece ``[start, end)`` of ``split_dump`` owns, in file order.
@@ -317,30 +343,60 @@ def read_dump_piece(
     """
     from mlm_pipeline.read.sentences import segment_documents
 
-    return segment_documents(iter_articles(url, start, end, meta, options, stats), stats)
+    return segment_documents(iter_articles(url, start, end, meta, options, stats, index_url), stats)
 
 
 def iter_articles(
-    url: str, start: int, end: int | None, meta: dict, options: WikiOptions, stats: ReadStats
+    url: str,
+    start: int,
+    end: int | None,
+    meta: dict,
+    options: WikiOptions,
+    stats: ReadStats,
+    index_url: str | None = None,
 ) -> Iterator[tuple[list[str], bool]]:
+    """The paragraphs of each kept article, and whether bytes were replaced in it.
+    ``index_url``: the multistream index the piece was cut by (named in errors)."""
     kind, encoding = meta["kind"], meta["encoding"]
     if kind not in KINDS:
         raise ValueError(f"{url}: unknown dump kind {kind!r}; expected one of {KINDS}")
     namespaces: dict[str, int] = meta.get("namespaces", {})
     files = [*FILE_NAMESPACES, *(n for n, k in namespaces.items() if k == FILE_NS)]
     categories = [*CATEGORY_NAMESPACES, *(n for n, k in namespaces.items() if k == CATEGORY_NS)]
-    span_end = fs.file_size(url) if end is None else end
+    size = fs.file_size(url)
+    span_end = size if end is None else end
     with _open(url) as f:
         try:
             if kind == "xml":
                 chunks = _file_chunks(f, start, end)
                 base, align = start, 0
             else:
+                if kind == "multistream":
+                    _check_streams(f, url, start, end, size, index_url)
+                limit = None
+                if end is None or (kind == "bz2" and size - end < 4 * TAIL_BYTES):
+                    limit = data_end(f, url, size)
+                    if end is None and limit < size:
+                        _trailing(stats, url, limit, size)
                 # a multistream piece, or a whole file, is made of whole streams
                 whole = kind == "multistream" or (start == 0 and end is None)
-                chunks = (whole_streams if whole else owned_blocks)(f, url, start, end)
+                chunks = (whole_streams if whole else owned_blocks)(f, url, start, end, limit)
                 base, align = 0, (0 if start == 0 else None)
-            for raw in owned_pages(chunks, encoding, base=base, align=align, url=url):
+
+            def report(problem: str, at: int, head: bytes) -> None:
+                title = _title_of(head, encoding)
+                if problem == "unclosed":
+                    _bad_page(stats, url, "it has no </page> before the next page (or the end of the dump)", title)
+                    return
+                stats.pages_cut += 1
+                if stats.pages_cut <= WARNED_PAGES:
+                    log.warning("%s: the page %s is longer than %d bytes of XML: only its first %d bytes "
+                                "are read", url, repr(title) if title else "(no title)",
+                                options.max_page_bytes, options.max_page_bytes)
+
+            pages = owned_pages(chunks, encoding, base=base, align=align, url=url,
+                                max_page_bytes=options.max_page_bytes, report=report)
+            for raw in pages:
                 page = _decode_page(raw, encoding, url, options, stats)
                 if page is None:
                     continue
@@ -349,6 +405,36 @@ def iter_articles(
                     yield paragraphs, page.replaced
         finally:
             stats.bytes_read += span_end - start
+
+
+def _check_streams(f: BinaryIO, url: str, start: int, end: int | None, size: int, index_url: str | None) -> None:
+    """A multistream piece's bounds, offsets of its index, are stream starts in the file: else
+    the file is incomplete (it ends before them) or the index is wrong, and the error says
+    which, naming the index (decoding would only find corrupt data in the dump)."""
+    index = index_url or "its multistream index"
+    for offset in (start, end):
+        if offset is None or offset == 0:
+            continue
+        if offset >= size:
+            raise InputError(
+                f"{url}: truncated: the file ends at byte {size}, before the bz2 stream at byte {offset} "
+                f"that {index} lists; the file is incomplete (a download not finished?), or the index is "
+                "another dump's"
+            )
+        f.seek(offset)
+        if not re.match(rb"BZh[1-9]", f.read(4)):
+            raise InputError(
+                f"{index}: its stream offset {offset} is not the start of a bz2 stream in {url}; the index "
+                "is damaged or another dump's (Wikimedia publishes each dump with its own index)"
+            )
+
+
+def _trailing(stats: ReadStats, url: str, data_end: int, size: int) -> None:
+    """Count bytes after a dump's last bz2 stream that are not bz2 data (ignored, as ``bzip2 -d``
+    ignores them)."""
+    stats.trailing_bytes_ignored += size - data_end
+    log.warning("%s: the %d bytes after its last bz2 stream (from byte %d) are not bz2 data: ignored",
+                url, size - data_end, data_end)
 
 
 def _file_chunks(f: BinaryIO, start: int, end: int | None) -> Iterator[tuple[bytes, bool]]:
@@ -380,6 +466,10 @@ class _Buffer:
         self.taken = base
         self.owned_end: int | None = None
 
+    def end(self) -> int:
+        """Absolute offset just past the data held."""
+        return self.base + len(self.buf)
+
     def pull(self) -> bool:
         for data, owned in self._chunks:
             if not owned and self.owned_end is None:
@@ -392,15 +482,24 @@ class _Buffer:
                 return True
         return False
 
-    def find(self, pattern: bytes, frm: int, owned: bool = False) -> int:
+    def find(
+        self, pattern: bytes, frm: int, owned: bool = False, stop: int | None = None, drop: bool = False
+    ) -> int:
         """Absolute offset of ``pattern`` at or after ``frm``, pulling data as needed; -1 at
         the end. ``owned``: only an occurrence that starts in the owned data is looked for, so
-        nothing past the owned data is pulled unless a prefix of ``pattern`` ends it."""
+        nothing past the owned data is pulled unless a prefix of ``pattern`` ends it. ``stop``:
+        only an occurrence that ends by ``stop`` (nothing past it is pulled). ``drop``: nothing
+        before the occurrence is needed (memory stays bounded over a long search)."""
         while True:
-            i = self.buf.find(pattern, max(frm - self.base, 0))
+            hi = None if stop is None else max(stop - self.base, 0)
+            i = self.buf.find(pattern, max(frm - self.base, 0), hi)
             if i >= 0:
                 return self.base + i
-            frm = max(frm, self.base + len(self.buf) - len(pattern) + 1)
+            frm = max(frm, self.end() - len(pattern) + 1)
+            if drop:
+                self.taken = max(self.taken, min(frm, self.end()))
+            if stop is not None and self.end() >= stop:
+                return -1
             if owned and self.owned_end is not None and not self._split_at_owned_end(pattern):
                 return -1
             if not self.pull():
@@ -427,37 +526,136 @@ def owned_pages(
     base: int = 0,
     align: int | None = 0,
     url: str = "",
+    max_page_bytes: int = MAX_PAGE_BYTES,
+    report=None,
 ) -> Iterator[bytes]:
     """The raw bytes (``<page>`` … ``</page>``) of each page whose ``<page>`` tag starts in the
     owned part of ``chunks`` (see ``bz2blocks.owned_blocks``), in order.
 
     ``base``: the offset of the first chunk. For UTF-16, ``align`` is the parity of the offsets
     where characters start (None: unknown, taken from the first ``<page>`` found; a misaligned
-    ``<\\0p\\0a\\0g\\0e\\0>\\0`` would be a run of CJK code points, which does not occur).
+    ``<\0p\0a\0g\0e\0>\0`` would be a run of CJK code points, which does not occur).
+
+    A damaged page is not given out as if whole: ``report(problem, offset, head)`` is called
+    (``head``: the page's first bytes, to name it), or without ``report`` an ``InputError``
+    raised. ``unclosed``: another ``<page>`` (or the dump's end tag) comes before its
+    ``</page>``; the page is dropped and the next one read (a missing ``</page>`` would
+    otherwise join the two pages into one, under the first one's title). ``cut``: the page's
+    XML goes on past ``max_page_bytes``; it is given out cut at a line end within that size,
+    closed by ``</text></revision></page>``, and the rest is skipped without being held.
     """
     open_tag, close_tag = "<page>".encode(encoding), "</page>".encode(encoding)
+    root_end = "</mediawiki>".encode(encoding)
     wide = encoding != "utf-8"
     data = _Buffer(chunks, base)
+
+    def find(pattern: bytes, frm: int, **kw) -> int:
+        at = data.find(pattern, frm, **kw)
+        while wide and at >= 0 and align is not None and at % 2 != align:
+            at = data.find(pattern, at + 1, **kw)
+        return at
+
+    def problem(kind: str, at: int, head: bytes | None = None) -> None:
+        if head is None:
+            head = bytes(data.buf[at - data.base : at - data.base + 4096])
+        if report is None:
+            raise InputError(f"{url}: a damaged page at byte {at} of the decompressed data ({kind})")
+        report(kind, at, head)
+
     pos = base
     while True:
-        i = data.find(open_tag, pos, owned=True)
+        i = data.find(open_tag, pos, owned=True, drop=True)
         if wide:
             while i >= 0 and align is not None and i % 2 != align:
-                i = data.find(open_tag, i + 1, owned=True)
+                i = data.find(open_tag, i + 1, owned=True, drop=True)
             if i >= 0 and align is None:
                 align = i % 2
         if i < 0 or (data.owned_end is not None and i >= data.owned_end):
             return
-        j = data.find(close_tag, i + len(open_tag))
-        while wide and j >= 0 and j % 2 != align:
-            j = data.find(close_tag, j + 1)
-        if j < 0:
+        body = i + len(open_tag)
+        limit = i + max_page_bytes
+        j = find(close_tag, body, stop=limit + len(close_tag))
+        # another page (or the end of the pages) before this one's </page>: it was never closed
+        k = find(open_tag, body, stop=j if j >= 0 else None if data.end() < limit else limit)
+        if k < 0 and j < 0 and data.end() < limit:
+            k = find(root_end, body, stop=data.end())
+        if k >= 0:
+            problem("unclosed", i)
+            data.take(i, k)
+            pos = k
+            continue
+        if j >= 0:
+            pos = j + len(close_tag)
+            yield data.take(i, pos)
+            continue
+        if data.end() < limit:
             raise InputError(
                 f"{url}: the dump ends inside a page (its <page> tag at byte {i} of the "
                 "decompressed data); the file is incomplete"
             )
-        pos = j + len(close_tag)
-        yield data.take(i, pos)
+        # a page longer than the cap: its head, cut at a line end, and the rest skipped
+        head = bytes(data.buf[i - data.base : limit - data.base])
+        cut = _cut_point(head, encoding)
+        data.take(i, limit)
+        after, ended = _skip_page_rest(data, find, (close_tag, open_tag, root_end), limit)
+        if after < 0:
+            raise InputError(
+                f"{url}: the dump ends inside a page (its <page> tag at byte {i} of the "
+                "decompressed data); the file is incomplete"
+            )
+        if ended != close_tag:
+            problem("unclosed", i, head[:4096])
+            pos = after
+            continue
+        problem("cut", i, head[:4096])
+        pos = after + len(close_tag)
+        data.take(after, pos)
+        yield head[:cut] + "\n</text></revision></page>".encode(encoding)
+
+
+def _skip_page_rest(data: _Buffer, find, tags: tuple[bytes, ...], frm: int) -> tuple[int, bytes | None]:
+    """The first of ``tags`` at or after ``frm`` and which one (``(-1, None)`` at the end of the
+    data), holding no more than a chunk or two of data while it looks."""
+    width = max(map(len, tags))
+    while True:
+        end = data.end()
+        found = [(at, tag) for tag in tags if (at := find(tag, frm, stop=end)) >= 0]
+        if found:
+            return min(found)
+        frm = max(frm, end - width + 1)
+        data.take(frm, frm)
+        if not data.pull():
+            return -1, None
+
+
+def _cut_point(head: bytes, encoding: str) -> int:
+    """Where to cut a page's first bytes: after its last line end, else (one long line) before
+    a character or XML reference the cut would split."""
+    newline = "\n".encode(encoding)
+    wide = encoding != "utf-8"
+    at = head.rfind(newline)
+    while wide and at >= 0 and at % 2:
+        at = head.rfind(newline, 0, at)
+    if at > len(head) // 2:
+        return at + len(newline)
+    cut = len(head) - len(head) % 2 if wide else len(head)
+    if wide:  # not between the two halves of a surrogate pair
+        unit = head[cut - 2 : cut]
+        high = unit[1] if encoding == "utf-16-le" else unit[0]
+        if 0xD8 <= high <= 0xDB:
+            cut -= 2
+    else:  # not inside a character's bytes
+        lead = cut
+        while lead > 0 and cut - lead < 3 and 0x80 <= head[lead - 1] < 0xC0:
+            lead -= 1
+        if lead > 0 and head[lead - 1] >= 0xC0:
+            first = head[lead - 1]
+            if cut - (lead - 1) < (2 if first < 0xE0 else 3 if first < 0xF0 else 4):
+                cut = lead - 1
+    amp = head.rfind("&".encode(encoding), max(cut - 24, 0), cut)
+    if amp >= 0 and head.find(";".encode(encoding), amp, cut) < 0:
+        cut = amp
+    return cut
 
 
 @dataclass
@@ -467,6 +665,8 @@ class Page:
     redirect: bool
     text: str
     replaced: bool = False
+    bad_references: int = 0  # character references to surrogates, replaced by U+FFFD
+    text_closed: bool = True  # (False: its <text> has no </text>: a raw </page> cut the page)
 
 
 def _decode_page(
@@ -485,8 +685,34 @@ def _decode_page(
             ) from exc
         page, replaced = raw.decode(encoding, "replace"), True
     parsed = parse_page(page)
+    if not parsed.text_closed:
+        _bad_page(stats, url, "its <text> has no </text> before </page>", parsed.title)
+        return None
+    if parsed.bad_references:
+        if options.on_decode_error == "skip":
+            stats.skip("invalid_utf8")
+            return None
+        if options.on_decode_error == "fail":
+            raise InputError(
+                f"{url}: the page {parsed.title!r} holds a character reference to a UTF-16 "
+                "surrogate (such as &#xD800;), which is no character; use --on-decode-error "
+                "replace or skip to continue past it"
+            )
+        replaced = True
     parsed.replaced = replaced
     return parsed
+
+
+def _bad_page(stats: ReadStats, url: str, why: str, title: str | None) -> None:
+    """Count a page skipped as ``bad_page``; name the first few of a task."""
+    stats.skip("bad_page")
+    if stats.documents_skipped["bad_page"] <= WARNED_PAGES:
+        log.warning("%s: the page %s is skipped: %s", url, repr(title) if title else "(no title)", why)
+
+
+def _title_of(head: bytes, encoding: str) -> str | None:
+    text = head[: len(head) - len(head) % 2] if encoding != "utf-8" else head
+    return _between(text.decode(encoding, "replace"), "<title>", "</title>")
 
 
 def _between(page: str, open_tag: str, close_tag: str, frm: int = 0) -> str | None:
@@ -500,30 +726,55 @@ def _between(page: str, open_tag: str, close_tag: str, frm: int = 0) -> str | No
 
 def parse_page(page: str) -> Page:
     """Title, namespace (None if the page has no ``<ns>``), redirect flag and wikitext of one
-    ``<page>`` element (the last revision's text, XML escapes undone)."""
-    title = _xml_unescape(_between(page, "<title>", "</title>") or "")
+    ``<page>`` element (the last revision's text, XML escapes undone; a reference to a surrogate
+    becomes U+FFFD and is counted in ``bad_references``)."""
+    bad: list[int] = []
+    title = _xml_unescape(_between(page, "<title>", "</title>") or "", bad)
+    bad.clear()  # (a title is not read as text)
     ns_text = _between(page, "<ns>", "</ns>")
     ns = int(ns_text) if ns_text and ns_text.strip().lstrip("-").isdigit() else None
     revision = page.find("<revision")
     header = page if revision < 0 else page[:revision]
     text = ""
+    closed = True
     t = page.rfind("<text")
     if t >= 0:
         close = page.find(">", t)
         if close >= 0 and page[close - 1] != "/":
             stop = page.find("</text>", close)
-            text = _xml_unescape(page[close + 1 : stop if stop >= 0 else len(page)])
-    return Page(title, ns, "<redirect" in header, text)
+            closed = stop >= 0
+            text = _xml_unescape(page[close + 1 : stop if stop >= 0 else len(page)], bad)
+    return Page(title, ns, "<redirect" in header, text, bad_references=len(bad), text_closed=closed)
 
 
-def _xml_unescape(s: str) -> str:
+def _xml_unescape(s: str, bad: list[int] | None = None) -> str:
     """Undo XML escaping: ``&lt;`` ``&gt;`` ``&amp;`` ``&quot;`` ``&apos;`` and numeric
-    references, in one pass (so ``&amp;nbsp;`` becomes the wikitext ``&nbsp;``)."""
-    return _XML_REF.sub(_xml_ref, s) if "&" in s else s
+    references, in one pass (so ``&amp;nbsp;`` becomes the wikitext ``&nbsp;``). A reference to
+    a surrogate (``&#xD800;``: no character, and no UTF-8 for it) becomes U+FFFD, its offset
+    appended to ``bad``."""
+    if "&" not in s:
+        return s
+    if bad is None:
+        return _XML_REF.sub(_xml_ref, s)
+
+    def ref(m: re.Match) -> str:
+        char = _xml_ref(m)
+        if char == "\ufffd" and _SURROGATE <= _code_of(m.group(1)) <= 0xDFFF:
+            bad.append(m.start())
+        return char
+
+    return _XML_REF.sub(ref, s)
 
 
 _XML_REF = re.compile(r"&(lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);")
 _XML_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
+_SURROGATE = 0xD800
+
+
+def _code_of(name: str) -> int:
+    if name[0] != "#":
+        return -1
+    return int(name[2:], 16) if name[1] == "x" else int(name[1:])
 
 
 def _xml_ref(m: re.Match) -> str:
@@ -531,7 +782,9 @@ def _xml_ref(m: re.Match) -> str:
     char = _XML_ENTITIES.get(name)
     if char is not None:
         return char
-    code = int(name[2:], 16) if name[1] == "x" else int(name[1:])
+    code = _code_of(name)
+    if _SURROGATE <= code <= 0xDFFF:
+        return "\ufffd"
     return chr(code) if 0 < code < 0x110000 else m.group(0)
 
 

@@ -83,7 +83,8 @@ class WikiDumpFormat(InputFormat):
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         if piece.compression is not None or not piece.extra:
             raise ValueError(f"{piece.describe()}: a dump piece comes from WikiDumpFormat.split")
-        return read_dump_piece(piece.url, piece.start, piece.end, piece.extra, wiki_options(options), stats)
+        index = self._index(piece.url, options) if piece.extra.get("kind") == "multistream" else None
+        return read_dump_piece(piece.url, piece.start, piece.end, piece.extra, wiki_options(options), stats, index)
 
     @staticmethod
     def _index(url: str, options: ReadOptions) -> str | None:

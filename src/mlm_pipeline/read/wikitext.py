@@ -31,6 +31,7 @@ The input is the page's wikitext with XML escaping already undone (``&lt;ref&gt;
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 from typing import Iterable
@@ -46,11 +47,9 @@ DROPPED_TAGS = (
 )
 """Extension tags whose content is not prose (citations, formulas, code, galleries, ...)."""
 
-# self-closing (``<ref name="x"/>``) or paired; the paired form never crosses into a later tag
-# of the same name, so ``<ref>a</ref> b <ref>c</ref>`` keeps `` b ``
-_DROPPED_TAG = re.compile(
-    r"<(" + "|".join(DROPPED_TAGS) + r")\b(?:[^>]*?/>|[^>]*>.*?</\1\s*>)", re.S | re.I
-)
+_TAG_NAMES = "|".join(DROPPED_TAGS)
+_DROPPED_OPEN = re.compile(r"<(" + _TAG_NAMES + r")\b", re.I)
+_DROPPED_CLOSE = re.compile(r"</(" + _TAG_NAMES + r")\s*>", re.I)
 
 # --------------------------------------------------------------------------- step 2
 
@@ -72,6 +71,7 @@ _URL_SCHEMES = (
 _EXTERNAL_LINK = re.compile(
     r"\[(?:(?:" + _URL_SCHEMES + r"):|//)[^\s\[\]<>\"]*[ \t]*([^\]\n]*)\]", re.I
 )
+_EXTERNAL_OPEN = re.compile(r"\[(?:[a-z]+:|//)", re.I)  # (where one may start: cheap on "[[[[")
 
 # --------------------------------------------------------------------------- step 5-7
 
@@ -116,12 +116,58 @@ def strip_comments(text: str) -> str:
 def _strip_nested_markup(text: str, keep_tables: bool) -> str:
     text = strip_comments(text)
     if "<" in text:
-        text = _DROPPED_TAG.sub("", text)
+        text = drop_tags(text)
     if "{{" in text:
         text = drop_templates(text)
     if "{|" in text:
         text = drop_tables(text, keep_cells=keep_tables)
     return text
+
+
+def drop_tags(text: str) -> str:
+    """``text`` without the ``DROPPED_TAGS`` elements and their content: self-closing
+    (``<ref name="x"/>``) or paired, the pair closed by the first closing tag of the same name
+    (any case), so ``<ref>a</ref> b <ref>c</ref>`` keeps `` b ``. A tag never closed is left for
+    the later steps (which drop the tag and keep what follows).
+
+    One pass over the openings, each closing found by a binary search among the closing tags
+    listed once: the same result as the regex ``<(name)\\b(?:[^>]*?/>|[^>]*>.*?</\\1\\s*>)``,
+    whose lazy ``.*?`` rescans the rest of the page for every opening never closed (16,000
+    unclosed ``<ref>`` took seconds, a page of them minutes).
+    """
+    openings = list(_DROPPED_OPEN.finditer(text))
+    if not openings:
+        return text
+    closes: dict[str, list[tuple[int, int]]] = {}
+    for m in _DROPPED_CLOSE.finditer(text):
+        closes.setdefault(m.group(1).lower(), []).append((m.start(), m.end()))
+    starts = {name: [a for a, _ in found] for name, found in closes.items()}
+    out: list[str] = []
+    pos = 0  # the end of the last element dropped
+    gt = -1  # the first ">" at or after the current opening's name (-2: none left)
+    for m in openings:
+        if m.start() < pos:
+            continue  # inside a dropped element
+        if gt != -2 and gt < m.end():
+            gt = text.find(">", m.end())
+            if gt < 0:
+                gt = -2
+        if gt == -2:
+            break  # no ">" left: no later opening is a tag
+        if gt > m.end() and text[gt - 1] == "/":
+            end = gt + 1  # self-closing
+        else:
+            key = m.group(1).lower()  # (as the regex's backreference compares)
+            i = bisect.bisect_left(starts.get(key, ()), gt + 1)
+            if i == len(starts.get(key, ())):
+                continue  # never closed
+            end = closes[key][i][1]
+        out.append(text[pos : m.start()])
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def drop_templates(text: str) -> str:
@@ -263,8 +309,44 @@ def _strip_links(text: str, namespaced: re.Pattern) -> str:
             text = _INTERLANGUAGE.sub("", text)
             text = _LINK.sub(_link_text, text)
     if "[" in text:
-        text = _EXTERNAL_LINK.sub(r"\1", text)
+        text = drop_external_links(text)
     return text
+
+
+def drop_external_links(text: str) -> str:
+    """``text`` with each external link ``[url label]`` replaced by its label: what
+    ``_EXTERNAL_LINK.sub(r"\\1", text)`` gives, without its cost on a line of links never closed
+    (each would scan the rest of the line again: quadratic). A link closes at the first ``]``
+    after its ``[``, on the same line; the regex runs only where one does."""
+    out: list[str] = []
+    pos = 0
+    close = newline = -1  # the first "]" and line end at or after the current opening
+    for m in _EXTERNAL_OPEN.finditer(text):
+        start = m.start()
+        if start < pos:
+            continue
+        if close != -2 and close < start:
+            close = text.find("]", start)
+            if close < 0:
+                close = -2
+        if close == -2:
+            break  # no "]" left: no later link closes
+        if newline != -2 and newline < start:
+            newline = text.find("\n", start)
+            if newline < 0:
+                newline = -2
+        if newline != -2 and newline < close:
+            continue  # the line ends first: not a link
+        link = _EXTERNAL_LINK.match(text, start)
+        if link is None:
+            continue
+        out.append(text[pos:start])
+        out.append(link.group(1))
+        pos = link.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _link_text(m: re.Match) -> str:
@@ -277,21 +359,31 @@ def _link_text(m: re.Match) -> str:
 def _drop_namespaced_links(text: str, namespaced: re.Pattern) -> str:
     """Drop ``[[File:…]]`` and ``[[Category:…]]`` links with everything inside them (a file
     caption may hold links of its own). ``[[:Category:X]]`` (leading colon) is an ordinary
-    link and stays."""
+    link and stays.
+
+    A link never closed costs a scan of the rest of the text, so after ``MAX_UNCLOSED`` of
+    them the later links are not looked for past their line (work stays linear on a page of
+    such links)."""
     out: list[str] = []
     pos = 0
+    unclosed = 0
     while True:
         m = namespaced.search(text, pos)
         if m is None:
             break
         depth = 0
         end = -1
-        for edge in _LINK_EDGE.finditer(text, m.start()):
+        stop = len(text)
+        if unclosed >= MAX_UNCLOSED:
+            stop = text.find("\n", m.start())
+            stop = len(text) if stop < 0 else stop
+        for edge in _LINK_EDGE.finditer(text, m.start(), stop):
             depth += 1 if edge.group() == "[[" else -1
             if depth == 0:
                 end = edge.end()
                 break
         if end < 0:  # never closed: drop to the end of the line
+            unclosed += 1
             nl = text.find("\n", m.start())
             end = len(text) if nl < 0 else nl
         out.append(text[pos : m.start()])

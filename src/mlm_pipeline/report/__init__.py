@@ -1,6 +1,6 @@
 """Reading a prepared output back for people: ``mlm-pipeline report``.
 
-- :mod:`.text`: the summary ``prepare`` prints and the text report;
+- :mod:`.text`: the summary ``prepare`` prints (its plan, with ``--dry-run``) and the text report;
 - :mod:`.data`: :func:`report_data`, everything the report knows (``report --json``), with what
   the run did not record listed and explained, never shown as 0;
 - :mod:`.plots` and :mod:`.html`: the plots (matplotlib, the ``report`` extra), a self-contained
@@ -11,6 +11,6 @@
 
 from mlm_pipeline.report.data import report_data
 from mlm_pipeline.report.html import write_report
-from mlm_pipeline.report.text import render_report, render_summary
+from mlm_pipeline.report.text import render_plan, render_report, render_summary
 
-__all__ = ["render_report", "render_summary", "report_data", "write_report"]
+__all__ = ["render_plan", "render_report", "render_summary", "report_data", "write_report"]

@@ -9,6 +9,8 @@ random-next share).
 
 from __future__ import annotations
 
+from mlm_pipeline.errors import InspectError
+
 REFERENCE_WHY = ("not tracked in reference mode: the reference implementation runs whole and "
                  "reports only its instances, tokens and masks")
 OLDER_WHY = "not recorded in this output (written by an older version of mlm-pipeline)"
@@ -19,10 +21,27 @@ TOP_SHOWN = 25
 _PAIR_DETAILS = ("short_target_documents", "truncated_pairs", "chunks_without_pair")
 
 
-def _hist(counts: dict | None) -> dict[int, int] | None:
+def histogram(totals: dict, name: str) -> dict[int, int] | None:
+    """The histogram ``totals[name]`` (JSON's string keys) as whole numbers, in key order; None
+    when not recorded. A key or count that is not a whole number (a damaged or edited manifest)
+    raises :class:`InspectError` naming it, not a traceback."""
+    counts = totals.get(name)
     if counts is None:
         return None
-    return {int(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: int(kv[0]))}
+    if not isinstance(counts, dict):
+        raise InspectError(f"manifest.json: totals.{name} is not a histogram (a {type(counts).__name__}); "
+                           "the manifest is damaged or was edited")
+    out = {}
+    for key, value in counts.items():
+        try:
+            number, count = int(key), int(value)
+        except (TypeError, ValueError, OverflowError):
+            number = count = -1
+        if number < 0 or count < 0 or isinstance(value, bool):
+            raise InspectError(f"manifest.json: totals.{name} holds {str(key)[:80]!r}: {str(value)[:80]!r}, not a "
+                               "count of a whole number >= 0; the manifest is damaged or was edited")
+        out[number] = count
+    return dict(sorted(out.items()))
 
 
 def _share(part: float, whole: float) -> float | None:
@@ -91,12 +110,12 @@ def _masking_section(manifest: dict, totals: dict, not_known: dict) -> dict:
         "as_mask_token": _share(totals.get("masked_as_mask_token", 0), masked),
         "as_random_token": _share(totals.get("masked_as_random_token", 0), masked),
         "kept": _share(totals.get("masked_kept", 0), masked),
-        "masked_per_instance_histogram": _hist(totals.get("masked_per_instance_histogram")),
+        "masked_per_instance_histogram": histogram(totals, "masked_per_instance_histogram"),
     }
 
 
 def _length_section(manifest: dict, totals: dict) -> dict:
-    hist = _hist(totals.get("instance_length_histogram")) or {}
+    hist = histogram(totals, "instance_length_histogram") or {}
     count = sum(hist.values())
     total = sum(k * v for k, v in hist.items())
     max_len = manifest.get("config", {}).get("max_seq_length")
@@ -195,6 +214,9 @@ def warnings(manifest: dict) -> list[str]:
                    "file with no blank line is one document, read by one task alone; Google's text format puts a "
                    "blank line between documents (a document per line: `sed G` puts a blank line after each line, and "
                    "--sentence-split splits the lines into sentences)")
+    if cut := t.get("pages_cut", 0):
+        out.append(f"{cut:,} Wikipedia dump page(s) longer than 8 MiB of XML were read up to that size only "
+                   "(Wikipedia accepts 2 MiB of wikitext a page: is the dump damaged?)")
     return out
 
 
@@ -256,4 +278,4 @@ def random_next_warning(manifest: dict) -> list[str]:
                 f"sentence, or lines about as long as an instance){hint}"]
 
 
-__all__ = ["LOST_TOKENS_WARNING", "lost_tokens", "random_next_warning", "report_data", "warnings"]
+__all__ = ["LOST_TOKENS_WARNING", "histogram", "lost_tokens", "random_next_warning", "report_data", "warnings"]

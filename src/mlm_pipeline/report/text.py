@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from mlm_pipeline.report.data import (NOTHING_READ_WHY, OLDER_WHY, random_next_warning,
+from mlm_pipeline.report.data import (NOTHING_READ_WHY, OLDER_WHY, histogram, random_next_warning,
                                         warnings)
 
 SHOWN_FILES = 10
@@ -21,8 +21,8 @@ def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
     for k, v in items:
         b = lo + (k - lo) // step * step
         buckets[b] = buckets.get(b, 0) + v
-    top = max(buckets.values())
-    total = sum(buckets.values())
+    top = max(buckets.values()) or 1  # (every count 0: a hand-made manifest)
+    total = sum(buckets.values()) or 1
     return [
         f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
         for b, v in sorted(buckets.items())
@@ -52,6 +52,23 @@ def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
         lines.append("  files skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(files_skipped.items())))
     lines += [f"  warning: {w}" for w in warnings(manifest)]
     lines.append(f"  details: mlm-pipeline report {shlex.quote(output)}; examples: mlm-pipeline inspect {shlex.quote(output)}")
+    return "\n".join(lines)
+
+
+PLANNED_FILES = 10
+"""Input files a dry run's plan names; the rest are counted."""
+
+
+def render_plan(plan: dict, output: str) -> str:
+    """What ``prepare --dry-run`` found (:func:`~mlm_pipeline.pipeline.plan_prepare`)."""
+    files = plan["files"]
+    lines = [f"plan: {plan['tasks']} task(s), {plan['input_bytes']:,} bytes in {len(files)} input file(s) "
+             f"(split size {plan['split_bytes']:,} bytes); {len(plan['skipped_files'])} file(s) skipped"]
+    lines += [f"  {f['path']}  {f['bytes']:,} bytes, {f['format']}, {f['pieces']} piece(s)"
+              for f in files[:PLANNED_FILES]]
+    if len(files) > PLANNED_FILES:
+        lines.append(f"  ... and {len(files) - PLANNED_FILES} more")
+    lines.append(f"dry run: nothing written; without --dry-run the run writes into {output}")
     return "\n".join(lines)
 
 
@@ -128,10 +145,10 @@ def render_report(manifest: dict) -> str:
         *_masking_lines(manifest, t),
         "",
         "instance length (tokens incl. [CLS]/[SEP])",
-        *_hist_lines(t.get("instance_length_histogram", {})),
+        *_hist_lines(histogram(t, "instance_length_histogram") or {}),
     ]
     if manifest.get("masking") != "none":
-        lines += ["", "masked positions per instance", *_hist_lines(t.get("masked_per_instance_histogram", {}))]
+        lines += ["", "masked positions per instance", *_hist_lines(histogram(t, "masked_per_instance_histogram") or {})]
     lines += [line for w in random_next_warning(manifest) for line in ("", f"warning: {w}")]
     lines += [line for w in warnings(manifest) for line in ("", f"warning: {w}")]
     return "\n".join(lines)

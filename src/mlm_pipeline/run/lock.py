@@ -12,6 +12,7 @@ told apart only by ``--claim``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -59,6 +60,12 @@ class RunLock:
             except OSError as exc:
                 if os.path.islink(path):
                     layout.refuse_links(self.output)  # (a link planted since the check): its message
+                # an output this process cannot write to (a read-only mount, a directory without write
+                # permission): nothing can be written there through it, so reading it (a complete run
+                # reported as such) needs no lock, and a write fails naming its file
+                if exc.errno == errno.EROFS or (exc.errno in (errno.EACCES, errno.EPERM)
+                                                and not os.access(directory, os.W_OK)):
+                    return self
                 raise OutputError(f"cannot open {path}: {exc.strerror or exc}") from exc
             try:
                 _flock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)

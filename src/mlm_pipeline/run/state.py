@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, settings_of
+from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, flag_for, settings_of
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.masking.registry import check_tokenizer
 from mlm_pipeline.plan import Plan, Task, plan_tasks
@@ -166,19 +166,18 @@ class RunStart:
         return [t for t in self.plan.tasks if t.task_id not in self.done]
 
 
-def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
+def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = False) -> RunStart:
     """Plan, check or record the run in ``_run.json``, save the plan, and find completed tasks.
 
-    ``clean=False`` keeps ``_tmp/`` (other workers may be writing there: array and claim modes on
-    a shared directory).
-    """
+    ``clean=False`` keeps ``_tmp/`` (other workers may be writing there); ``dry_run``: the checks
+    and the plan only, the output neither read nor written (``prepare --dry-run``)."""
     # fail early on a bad tokenizer or backend name
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
     if tok.missing_unk:
         log.warning("%s", missing_unk_message(config.tokenizer, tok.missing_unk, "a word its vocabulary cannot "
                                               "spell will stop the run's task there"))
-    if (mismatch := case_mismatch(tok)) is not None:
+    if (mismatch := case_mismatch(tok, lower_off=flag_for("do_lower_case", False))) is not None:
         log.warning("%s", mismatch)
     elif "do_lower_case" in config.model_fields_set and tok.kind == "tokenizer.json":
         log.warning("--do-lower-case/--no-do-lower-case has no effect with %s: a tokenizer.json lower-cases "
@@ -199,6 +198,8 @@ def start_run(config: PrepareConfig, *, clean: bool = True) -> RunStart:
             f"--num-out-files {config.num_out_files} is fewer than the run's {len(plan.tasks)} tasks (each task "
             f"writes its own files): give at least {len(plan.tasks)}, or a larger --split-size"
         )
+    if dry_run:
+        return RunStart(plan=plan, record={}, done=CompletedTasks(plan))
     record = run_record(config, tok.fingerprint, plan, tok.flavor)
     check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)

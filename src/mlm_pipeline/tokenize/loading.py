@@ -36,6 +36,7 @@ from mlm_pipeline.tokenize.google_rules import (
     electra_tokenizer,
     read_google_vocab,
 )
+from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
 
 log = logging.getLogger("mlm_pipeline")
@@ -151,11 +152,6 @@ def model_type_of(tok: Tokenizer) -> str:
     return "bpe"
 
 
-WORD_MARKERS = {"wordpiece": "##", "sentencepiece": "▁", "byte-level-bpe": "Ġ"}
-"""The marker of each model type's pieces: ``##`` starts a continuation (WordPiece); ``▁`` and
-``Ġ`` start a word."""
-
-
 def _electra(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None,
              kind: str) -> tuple[Tokenizer, str, tuple[bool, bool]]:
     """:func:`_resolve`'s answer for the ``electra`` flavor (``strip_accents`` None: as lower-casing)."""
@@ -232,10 +228,11 @@ CASED_VOCAB_SHARE = 0.01
 cased (bert-base-cased: 20%; bert-base-uncased: none but its [CLS]-style specials)."""
 
 
-def case_mismatch(tok: "TextTokenizer") -> str | None:
+def case_mismatch(tok: "TextTokenizer", *, lower_off: str = "--no-do-lower-case") -> str | None:
     """Why ``do_lower_case`` does not fit a vocab.txt, or None: Google's classic mistake, an
     uncased vocabulary read without lower-casing (every capitalised word turns into [UNK] or
-    pieces), or a cased one lower-cased (its upper-case entries never used)."""
+    pieces), or a cased one lower-cased (its upper-case entries never used). ``lower_off``: how
+    the user writes "do not lower-case" (``--do_lower_case=False`` on Google's command line)."""
     if tok.kind != "wordpiece-vocab":
         return None  # a tokenizer.json or model directory says itself how it normalises
     # 2,000 entries spread over the vocabulary tell (reading all of it took 10 ms of the start-up)
@@ -243,14 +240,11 @@ def case_mismatch(tok: "TextTokenizer") -> str | None:
     words = [t for t in map(tok.tokenizer.id_to_token, range(0, size, max(1, size // 2000)))
              if t is not None and not (t.startswith("[") and t.endswith("]"))]
     cased = sum(t != t.lower() for t in words) > CASED_VOCAB_SHARE * max(1, len(words))
-    from mlm_pipeline.config import flag_for
-
     lower = tok.lowercases
     if cased and lower:
-        return ("the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: "
-                f"{flag_for('do_lower_case', False)} uses them")
+        return f"the vocabulary is cased (it holds upper-case entries) but the text is lower-cased: {lower_off} uses them"
     if not cased and not lower:
-        off = flag_for("do_lower_case", False)
+        off = lower_off
         return (f"the vocabulary is uncased (no upper-case entries) but {off} keeps the text's case: capitalised "
                 f"words become [UNK] or pieces; drop {off}")
     return None
@@ -368,12 +362,6 @@ class TextTokenizer:
                         model.vocab_size)
         self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model))
 
-    @property
-    def word_marker(self) -> str | None:
-        """The marker whole-word masking reads (``WORD_MARKERS``): ``##`` continues a word, ``▁`` and
-        ``Ġ`` start one; None for other BPE tokenizers."""
-        return WORD_MARKERS.get(self.model_type)
-
     @functools.cached_property
     def is_continuation(self) -> np.ndarray:
         """Per id, whether it continues a word: for whole-word masking only, so built on first
@@ -384,7 +372,10 @@ class TextTokenizer:
 
     @functools.cached_property
     def word_marker(self) -> tuple[str, str] | None:
-        """How the tokenizer marks words (:func:`word_marker`); None: it marks none."""
+        """How the tokenizer marks words (:func:`word_marker`): ``("continuation", "##")``,
+        ``("start", "▁")``, ``("start", "Ġ")``...; None: it marks none."""
+        if self.sentencepiece is not None:
+            return "start", "\u2581"
         return word_marker(self.tokenizer)
 
     @functools.cached_property
@@ -409,10 +400,12 @@ class TextTokenizer:
         return self.checked.info
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials)."""
+        """Token ids of many texts as one flat int32 array plus per-text lengths (no specials).
+        A text over ``LONG_TEXT_CHARS`` is encoded in pieces (``long_texts``), so memory stays
+        bounded whatever a line holds."""
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        return self.checked.encode_batch(self._preprocess(texts))
+        return encode_cut(self.checked.encode_batch, self._preprocess(texts))
 
     def _preprocess(self, texts: list[str]) -> list[str]:
         """What the text rules do in Python before any backend: ELECTRA's case and accents,

@@ -72,20 +72,22 @@ def first_texts(documents: list[list[str]], budget: int = CHECK_MAX_BYTES) -> li
 
     Texts with non-ASCII characters come first (in their order), since that is where encoders
     differ (normalisation, accents, scripts, Unicode categories); the first texts of the block
-    fill what they leave.
+    fill what they leave. A text is cut at ``CHECK_MAX_BYTES`` characters: HF takes many times a
+    text's size in memory (a whole 16 MB line took 2 GB), and both encoders see the same
+    characters.
     """
     texts = [s for doc in documents for s in doc]
     chosen, size = [], 0
     for s in texts:
         if not s.isascii():
-            chosen.append(s)
-            size += len(s)
+            chosen.append(s[:CHECK_MAX_BYTES])
+            size += len(chosen[-1])
             if size >= budget:
                 return chosen
     for s in texts:
         if s.isascii():
-            chosen.append(s)
-            size += len(s)
+            chosen.append(s[:CHECK_MAX_BYTES])
+            size += len(chosen[-1])
             if size >= budget:
                 break
     return chosen

@@ -12,7 +12,8 @@
 - :class:`MLMCollator`: batches for ``BertForPreTraining`` / ``BertForMaskedLM``, with the
   shards' static masks or dynamic (token or whole-word) masking seeded per sample.
 - :mod:`mlm_pipeline.torch.train`: a tiny BERT trained with PyTorch Lightning
-  (``mlm-pipeline train``).
+  (``mlm-pipeline train``); its checkpoints (random state, SIGTERM, ``--resume``) are
+  :mod:`.checkpoint`.
 
 ``import mlm_pipeline`` never imports this package (nor torch).
 """

@@ -253,6 +253,7 @@ class MLMCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
         self.sample_info = bool(sample_info)
+        self._masks_seen = masking != "static"  # static: until a batch shows stored masks
         # what made its ids, for MLMDataLoader to compare with the shards' tokenizer
         self.tokenizer_fingerprint = getattr(tokenizer, "fingerprint", None)
         self.tokenizer_path = getattr(tokenizer, "path", None)
@@ -294,6 +295,8 @@ class MLMCollator:
         mpos = np.concatenate([s["masked_lm_positions"] for s in samples]).astype(np.int64)
         mids = np.concatenate([s["masked_lm_ids"] for s in samples]).astype(np.int64)
         weight = torch.tensor([float(s.get("weight", 1.0)) for s in samples], dtype=torch.float32)
+        if not self._masks_seen:
+            self._check_stored_masks(mcounts, weight)
 
         ids = torch.from_numpy(input_ids)
         attention = torch.from_numpy((np.arange(width)[None, :] < lengths[:, None]).astype(np.int64))
@@ -324,6 +327,20 @@ class MLMCollator:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight
         return batch
+
+    def _check_stored_masks(self, mcounts: np.ndarray, weight: torch.Tensor) -> None:
+        """Static masking reads the masks in the shards: a first batch whose samples hold none is
+        from shards prepared without masks, and every label would be -100 (a NaN loss, no error).
+        MLMDataLoader and ``dataset.collator`` refuse that up front; a plain DataLoader (the HF
+        Trainer's) does not know the output, so the collator looks at what it is given."""
+        real = (weight > 0).numpy()
+        if not real.any():  # only padding samples: nothing to tell yet
+            return
+        if int(mcounts[real].sum()) == 0:
+            raise ValueError("masking='static' uses the masks stored in the shards, and these samples have none: "
+                             "the output was prepared without masks (masking: none), so every label would be -100; "
+                             "use masking='dynamic' (or dataset.collator(), which picks the output's masking)")
+        self._masks_seen = True
 
     def electra_mask(self, ids: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """ELECTRA's masking of clean ``ids`` ``[B, L]``: (corrupted ids, labels with -100); the

@@ -102,9 +102,19 @@ class MLMDataLoader:
             num_workers=self.num_workers,
             persistent_workers=False,
             drop_last=False,
+            generator=self._pass_generator(),
             **self._loader_kwargs,
         )
         return _PassIterator(iter(loader), self._pass)
+
+    def _pass_generator(self) -> torch.Generator:
+        """The generator a pass draws its workers' seeds from: one of (seed, epoch), not torch's
+        global one, from which a DataLoader draws by default. Then starting a pass draws nothing
+        that the model's dropout would draw next, so a run resumed at another point of an epoch
+        (whose pass began elsewhere) keeps an uninterrupted run's dropout draws."""
+        generator = torch.Generator()
+        generator.manual_seed((self.dataset.seed * 1_000_003 + self.dataset.epoch) % (1 << 63))
+        return generator
 
     def __len__(self) -> int:
         """Batches of a whole epoch on this rank (a pass resumed mid-epoch yields the rest of it:

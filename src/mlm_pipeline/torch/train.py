@@ -9,7 +9,13 @@ them (about 5x less work on a CPU for a 30k vocabulary and a small encoder).
 Writes to ``output_dir``: ``loss.csv`` (one row per step), ``summary.json`` (losses before and
 after, timings), ``checkpoints/`` (Lightning checkpoints, with the data loader's position, so
 ``--resume`` continues mid-epoch with the very batches an uninterrupted run would have seen) and
-``model/`` (``save_pretrained`` format).
+``model/`` (``save_pretrained`` format). A checkpoint also holds the random generators' state
+(dropout draws from torch's), so a resumed run's losses are an uninterrupted run's.
+
+SIGTERM (a scheduler pre-empting the job, ``kill``) ends the run after the step under way: it
+saves ``checkpoints/step=N.ckpt`` and raises :class:`~mlm_pipeline.torch.checkpoint.TrainingTerminated`
+(the command exits 143); no ``summary.json`` or ``model/`` is written, as the run has not
+finished. What a checkpoint holds and how ``--resume`` reads one: :mod:`.checkpoint`.
 """
 
 from __future__ import annotations
@@ -20,8 +26,7 @@ import json
 import logging
 import math
 import os
-import re
-import shutil
+import signal
 import sys
 import time
 import warnings
@@ -33,6 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from mlm_pipeline.environment import configure_process
+from mlm_pipeline.torch.checkpoint import (OutputDir, TrainingTerminated, checkpoint_on_sigterm_callback,
+                                           load_checkpoint, no_checkpoint_at, random_state_callback)
 from mlm_pipeline.torch.collator import IGNORE_INDEX
 from mlm_pipeline.torch.dataset import MLMDataset
 from mlm_pipeline.torch.loader import MLMDataLoader
@@ -82,7 +89,7 @@ class TrainConfig:
         if self.num_workers < 0 or self.eval_batches < 0 or self.save_every < 0:
             bad.append("num_workers, eval_batches and save_every must be >= 0")
         if self.resume and not os.path.isfile(self.resume):
-            bad.append(f"no checkpoint at {self.resume}")
+            bad.append(no_checkpoint_at(self.resume, self.output_dir))
         if bad:
             raise ValueError("invalid training settings: " + "; ".join(bad))
 
@@ -224,6 +231,13 @@ def _loss_log_callback(path: Path, log_every: int):
     return LossLog()
 
 
+def _ignore_sigterm(worker_id: int) -> None:
+    """A DataLoader worker outlives a SIGTERM sent to the whole job (Slurm, a process group): the
+    training process stops after its step and ends the workers itself; a worker that died of it
+    first would fail the run instead."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def batch_crc(batch: dict[str, torch.Tensor]) -> str:
     """CRC32 of a batch's inputs and labels: equal rows in two loss logs saw the same batch."""
     crc = 0
@@ -250,22 +264,6 @@ def evaluate(model, batches: list[dict]) -> float | None:
     return total / max(count, 1)
 
 
-def _load_checkpoint(path: str) -> dict:
-    """A checkpoint's tensors and plain data, never its pickled objects (``weights_only``): a
-    checkpoint from elsewhere cannot run code. ``ValueError`` naming the file otherwise."""
-    import pickle
-
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: not a checkpoint that loads as plain tensors and data ({first}); "
-                         "only checkpoints written by mlm-pipeline train are resumed") from None
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ValueError(f"{path}: not a checkpoint of mlm-pipeline train (no state_dict)")
-    return checkpoint
-
-
 def _check_masking(config: TrainConfig, dataset) -> None:
     """The masking settings against the output, in the command's own flags (the collator's
     messages speak of its Python arguments)."""
@@ -285,76 +283,6 @@ def _check_masking(config: TrainConfig, dataset) -> None:
         raise ValueError(f"--whole-word-mask needs dynamic masking, and {how}: add --masking dynamic")
 
 
-def _step_of(checkpoint: Path) -> float:
-    """The step in a ``step=N.ckpt`` name; infinity for ``last.ckpt`` and any other name."""
-    found = re.fullmatch(r"step=(\d+)\.ckpt", checkpoint.name)
-    return int(found.group(1)) if found else math.inf
-
-
-@dataclass
-class _OutputDir:
-    """What ``output_dir`` holds of runs other than this one, found before anything is written.
-
-    A run writes ``checkpoints/step=N.ckpt``, ``last.ckpt``, ``loss.csv``, ``summary.json`` and
-    ``model/``; another run's checkpoints beside this run's would pass for them. ``continues``:
-    ``resume`` is a checkpoint of this directory (the run goes on from its step); then only the
-    checkpoints written after that step are another's (a branch it leaves), else every one.
-    """
-
-    path: Path
-    continues: bool
-    resume_step: int | None
-    others: list[Path]
-
-    @classmethod
-    def of(cls, config: TrainConfig, resume_step: int | None) -> "_OutputDir":
-        path = Path(config.output_dir)
-        folder = path / "checkpoints"
-        resume = Path(config.resume) if config.resume else None
-        continues = resume is not None and resume.absolute().parent.resolve() == folder.resolve()
-        checkpoints = sorted(folder.glob("*.ckpt"), key=lambda p: (_step_of(p), p.name))
-        others = [p for p in checkpoints if not (resume is not None and os.path.samefile(p, resume))
-                  and not (continues and _step_of(p) <= resume_step)]
-        return cls(path, continues, resume_step, others)
-
-    def refusal(self, config: TrainConfig) -> str | None:
-        """Why this run may not write here, if it may not (without ``overwrite_output_dir``)."""
-        if not self.others or config.overwrite_output_dir:
-            return None
-        names = ", ".join(p.name for p in self.others[:3]) + (f" and {len(self.others) - 3} more" if len(self.others) > 3 else "")
-        if self.continues:
-            return (f"{self.path} holds checkpoints written after step {self.resume_step}, the step --resume "
-                    f"{config.resume} goes back to ({names}): they would pass for this run's; replace them, and "
-                    f"the loss rows after step {self.resume_step}, with --overwrite-output-dir, or train into another "
-                    "--output-dir")
-        if config.resume:
-            return (f"{self.path} holds the checkpoints of another run ({names}), which would pass for this run's: "
-                    "train into another --output-dir, or replace that run with --overwrite-output-dir")
-        return (f"{self.path} holds the checkpoints of an earlier run ({names}): continue it with --resume "
-                f"{self.others[-1]}, train into another --output-dir, or replace it with --overwrite-output-dir")
-
-    def clear(self) -> None:
-        """Just before training: the other runs' checkpoints (``overwrite_output_dir``) and what
-        they left; the loss log starts anew, or, when continuing, keeps the rows up to the step."""
-        for checkpoint in self.others:
-            checkpoint.unlink()
-        if self.others:
-            (self.path / "summary.json").unlink(missing_ok=True)
-            shutil.rmtree(self.path / "model", ignore_errors=True)
-        log = self.path / "loss.csv"
-        if not log.exists():
-            return
-        if not self.continues:
-            log.unlink()
-            return
-        with open(log, newline="") as f:
-            rows = list(csv.DictReader(f))
-        with open(log, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["step"])
-            writer.writeheader()
-            writer.writerows(r for r in rows if int(r["step"]) <= self.resume_step)
-
-
 def main(config: TrainConfig) -> dict:
     """Train, checkpoint and return the summary (also written to ``summary.json``)."""
     import pytorch_lightning as pl
@@ -366,8 +294,8 @@ def main(config: TrainConfig) -> dict:
     configure_process()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    resume_state = _load_checkpoint(config.resume) if config.resume else None
-    output_dir = _OutputDir.of(config, resume_state.get("global_step", 0) if resume_state else None)
+    resume_state = load_checkpoint(config.resume) if config.resume else None
+    output_dir = OutputDir.of(config, resume_state.get("global_step", 0) if resume_state else None)
     if (refusal := output_dir.refusal(config)) is not None:
         raise ValueError(refusal)
     pl.seed_everything(config.seed, workers=False, verbose=False)
@@ -381,7 +309,7 @@ def main(config: TrainConfig) -> dict:
                                 seed=config.seed,
                                 **({"masking_scheme": config.masking_scheme} if config.masking_scheme else {}))
     loader = MLMDataLoader(dataset, batch_size=config.batch_size, collate_fn=collator,
-                           num_workers=config.num_workers)
+                           num_workers=config.num_workers, worker_init_fn=_ignore_sigterm)
     # fixed evaluation batches: the first instances of the output, masks of epoch 0
     eval_ds = MLMDataset(dataset.prepared, shuffle=False, shuffle_buffer=config.batch_size)
     eval_batches = []
@@ -412,7 +340,8 @@ def main(config: TrainConfig) -> dict:
     output_dir.clear()  # (the settings and the checkpoint passed every check)
     bar = sys.stderr.isatty() if config.progress is None else config.progress
     loss_log = _loss_log_callback(log_path, 0 if bar else config.log_every)  # the bar shows the loss
-    callbacks = [loss_log]
+    on_sigterm = checkpoint_on_sigterm_callback(out / "checkpoints")
+    callbacks = [loss_log, random_state_callback(), on_sigterm]
     if config.save_every:
         callbacks.append(ModelCheckpoint(dirpath=out / "checkpoints", filename="step={step}", every_n_train_steps=config.save_every,
                                          save_top_k=-1, auto_insert_metric_name=False, save_last=False))
@@ -427,8 +356,13 @@ def main(config: TrainConfig) -> dict:
             callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
         )
         started = time.perf_counter()
-        # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
-        trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
+        try:
+            # a checkpoint is loaded as tensors and plain data only (no pickled code runs from it)
+            trainer.fit(module, train_dataloaders=loader, ckpt_path=config.resume, weights_only=True)
+        except SystemExit:  # Lightning's SIGTERMException
+            if on_sigterm.saved is None:
+                raise
+            raise TrainingTerminated(on_sigterm.saved, trainer.global_step, config.steps) from None
         seconds = time.perf_counter() - started
     (out / "checkpoints").mkdir(exist_ok=True)
     trainer.save_checkpoint(out / "checkpoints" / "last.ckpt", weights_only=False)

@@ -13,8 +13,10 @@ import re
 import numpy as np
 from tokenizers import Tokenizer, normalizers
 
-# Texts per tokenizer call in ``encode_ids``.
+# Texts per tokenizer call in ``encode_ids``, and characters: HF holds about 110 bytes per
+# character while it encodes, so 1024 long texts in one call could take gigabytes.
 ENCODE_BATCH = 1024
+ENCODE_CHARS = 1 << 19
 
 
 # The ASCII bytes BertNormalizer keeps as they are (up to case): printable ones, and \t \n \r
@@ -127,15 +129,15 @@ class HFEncoder:
 def encode_ids(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Ids of ``texts`` (no special tokens added) as one flat int32 array plus per-text lengths.
 
-    One Rust call per ``ENCODE_BATCH`` texts; the only Python work is one ``.ids`` read per
-    text. Sub-batches keep the ``Encoding`` objects alive at once (tokens, offsets, masks: about
+    One Rust call per ``ENCODE_BATCH`` texts or ``ENCODE_CHARS`` characters (at least one
+    text); the only Python work is one ``.ids`` read per text. Sub-batches keep the ``Encoding`` objects alive at once (tokens, offsets, masks: about
     100 bytes per token) to a few MB instead of ~100 MB for a 4 MB block, at no cost in speed.
     """
     encode = tokenizer.encode_batch_fast
     ids = operator.attrgetter("ids")
     flats, lengths = [], []
-    for start in range(0, len(texts), ENCODE_BATCH):
-        encodings = encode(texts[start : start + ENCODE_BATCH], add_special_tokens=False)
+    for start, stop in _sub_batches(texts):
+        encodings = encode(texts[start:stop], add_special_tokens=False)
         lens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
         # each text's id list is consumed as soon as it is made (a quarter faster than
         # collecting the lists first)
@@ -145,3 +147,22 @@ def encode_ids(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.n
     if len(flats) == 1:
         return flats[0], lengths[0]
     return np.concatenate(flats), np.concatenate(lengths)
+
+
+def _sub_batches(texts: list[str]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each tokenizer call: ``ENCODE_BATCH`` texts, fewer when they hold
+    over ``ENCODE_CHARS`` characters (a text longer than that alone)."""
+    bounds = []
+    for start in range(0, len(texts), ENCODE_BATCH):
+        stop = min(start + ENCODE_BATCH, len(texts))
+        ends = list(itertools.accumulate(map(len, texts[start:stop])))
+        if ends[-1] <= ENCODE_CHARS:
+            bounds.append((start, stop))
+            continue
+        first, used = start, 0
+        for i, end in enumerate(ends, start):
+            if end - used > ENCODE_CHARS and i > first:
+                bounds.append((first, i))
+                first, used = i, ends[i - start - 1]
+        bounds.append((first, stop))
+    return bounds
