@@ -148,3 +148,26 @@ def test_an_output_with_shards_but_no_run_record_is_refused(tmp_path):
     assert (mine / "shards" / "important.tfrecord").read_bytes() == b"not ours"
     assert not (mine / "_run.json").exists()
 
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_a_run_recorded_before_the_masking_schemes_resumes(tmp_path, whole_words):
+    """A run record written before the masking-scheme settings existed (no masking_scheme, ngram,
+    span_... in its settings) is read as that version behaved: --do-whole-word-mask was the
+    whole-word scheme, and every new setting's default the earlier behaviour. The same command
+    resumes it (it was refused for six settings 'None in the existing run'); another scheme is
+    still refused."""
+    from mlm_pipeline.config import MASKING_PARAMETERS
+
+    out = tmp_path / "out"
+    first = run_prepare(config(out, [SAMPLE_TEXT], do_whole_word_mask=whole_words))
+    record = json.loads((out / "_run.json").read_text())
+    for key in ("masking_scheme", *MASKING_PARAMETERS):
+        del record["settings"][key]
+    (out / "_run.json").write_text(json.dumps(record))
+    (out / "manifest.json").unlink()
+    again = run_prepare(config(out, [SAMPLE_TEXT], do_whole_word_mask=whole_words))
+    assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in first["shards"]]
+    with pytest.raises(OutputError, match="masking-scheme: 'whole-word' in the existing run, 'span' now"
+                       if whole_words else "masking-scheme: 'token' in the existing run, 'span' now"):
+        run_prepare(config(out, [SAMPLE_TEXT], masking_scheme="span"))

@@ -564,6 +564,20 @@ def settings_of(model: type[BaseModel] = PrepareConfig) -> tuple[Setting, ...]:
     return tuple(out)
 
 
+def settings_as_recorded_now(recorded: dict, model: type[BaseModel] = PrepareConfig) -> dict:
+    """A run record's settings with those its version had not yet (a setting added since) filled in
+    as that version behaved, so that resuming a run started by an earlier version is not refused
+    for settings it never had: a new setting's default keeps the earlier behaviour, and the masking
+    scheme was whole words exactly when ``do_whole_word_mask`` was on."""
+    filled = dict(recorded)
+    if "masking_scheme" not in filled:
+        filled["masking_scheme"] = "whole-word" if recorded.get("do_whole_word_mask") else "token"
+    for s in settings_of(model):
+        if s.name not in filled and not s.runtime and not s.required:
+            filled[s.name] = s.default
+    return filled
+
+
 def by_content_names(model: type[BaseModel] = PrepareConfig) -> frozenset[str]:
     """Fields whose content, not spelling, identifies them (see :func:`setting`)."""
     return frozenset(s.name for s in settings_of(model) if s.by_content)

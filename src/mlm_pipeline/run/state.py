@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
-from mlm_pipeline.config import PrepareConfig, build_config, by_content_names, flag_for, settings_of
+from mlm_pipeline.config import (PrepareConfig, build_config, by_content_names, flag_for, settings_as_recorded_now,
+                                 settings_of)
 from mlm_pipeline.errors import ConfigError, OutputError
 from mlm_pipeline.masking.registry import check_tokenizer
 from mlm_pipeline.plan import Plan, Task, plan_tasks
@@ -320,7 +321,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         except OSError as exc:
             raise OutputError(f"cannot write to output {config.output}: {exc.strerror or exc}") from exc
     problems = []
-    old, new = existing.get("settings", {}), record["settings"]
+    old, new = settings_as_recorded_now(existing.get("settings", {})), record["settings"]
     label = {s.name: s.label for s in settings_of(PrepareConfig)}  # as the flags name them
     for key in sorted((set(old) | set(new)) - by_content_names()):  # a tokenizer is compared by content below
         if old.get(key) != new.get(key):
