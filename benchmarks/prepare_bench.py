@@ -30,6 +30,9 @@ Variants (``--variants``, comma-separated):
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
+  sop-d1     ``--objective sop`` (ALBERT's sentence-order pairs, token_boundary, whole words), TFRecord,
+             dupe factor 1
+  sop-ref-d1 ``--objective sop --reference`` (ALBERT's script's exact examples), TFRecord, dupe factor 1
   tf-d1-w2   TFRecord, dupe factor 1, ``--workers 2`` (a pool of two); compared with tf-d1
   tf-d1-x2   two tf-d1 runs at once (``--workers 1`` each, no pool), each on one half of the input
              (cut at a line end), with the same task size: what two processes of this pipeline get
@@ -88,10 +91,12 @@ PREPARE_VARIANTS = {
     "packed": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed"},
     "tokens": {"format": "tfrecord", "objective": "tokens"},
     "ref-d1": {"format": "tfrecord", "dupe_factor": 1, "reference": True},
+    "sop-d1": {"format": "tfrecord", "dupe_factor": 1, "objective": "sop"},
+    "sop-ref-d1": {"format": "tfrecord", "dupe_factor": 1, "objective": "sop", "reference": True},
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,tf-d1-w2,raw-x2,hf"
+DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 

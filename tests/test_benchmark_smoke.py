@@ -136,3 +136,20 @@ def test_zipf_text_has_the_sources_head_and_a_long_tail(tmp_path):
     head = collections.Counter(source.read_text(encoding="utf-8").split()).most_common(1)
     assert next(w for w, _ in words.most_common(3) if w != ".") == head[0][0]
     assert len(words) > 3 * len(set(source.read_text(encoding="utf-8").split()))
+
+
+def test_prepare_bench_sop_variants_smoke(tmp_path):
+    """ALBERT's objective in the benchmark: sop (default mode) and its reference run and are
+    reported beside raw."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "prepare_bench.py"), "--sizes", "64KB", "--repeats", "1",
+         "--variants", "raw,sop-d1,sop-ref-d1", "--no-warmup", "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    variants = json.loads(out.read_text())["sizes"]["64KB"]["variants"]
+    assert set(variants) == {"raw", "sop-d1", "sop-ref-d1"}
+    for name in ("sop-d1", "sop-ref-d1"):
+        assert variants[name]["ratio_vs_raw"] > 0 and variants[name]["mb_per_s"] > 0

@@ -178,7 +178,7 @@ def test_reference_mode_through_the_cli_matches_golden(tmp_path):
 
 REQUIRED = {"inputs": ["a.txt"], "output": "out", "tokenizer": "vocab.txt"}
 # settings valid only together with another one
-COMPANIONS = {"task_rank": {"task_count": 2}, "task_count": {"task_rank": 0},
+COMPANIONS = {"task_rank": {"task_count": 2}, "task_count": {"task_rank": 0}, "random_next_sentence": {"objective": "sop"},
               # a masking scheme's parameters go with that scheme
               **{name: {"masking_scheme": "ngram"} for name in ("ngram", "favor_shorter_ngram")},
               **{name: {"masking_scheme": "span"} for name in ("geometric_p", "span_lower", "span_upper")}}

@@ -37,7 +37,9 @@ def test_googles_flag_names_are_declared_once():
         "max_seq_length": "max_seq_length", "max_predictions_per_seq": "max_predictions_per_seq",
         "masked_lm_prob": "masked_lm_prob", "random_seed": "random_seed", "dupe_factor": "dupe_factor",
         "short_seq_prob": "short_seq_prob", "do_whole_word_mask": "do_whole_word_mask",
-        "ngram": "ngram", "favor_shorter_ngram": "favor_shorter_ngram",  # ALBERT's
+        # ALBERT's create_pretraining_data.py
+        "spm_model_file": "spm_model_file", "random_next_sentence": "random_next_sentence", "ngram": "ngram",
+        "favor_shorter_ngram": "favor_shorter_ngram",
     }
 
 

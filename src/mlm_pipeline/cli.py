@@ -30,8 +30,8 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
-from mlm_pipeline.config import (PANELS, PrepareConfig, Setting, build_config, load_config_file, note_google_spelling,
-                                 settings_of)
+from mlm_pipeline.cli_google import google_help, native_args
+from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
 from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, PipelineError,
                                  TaskFailed, Terminated, TokenizerError, redact_credentials)
 
@@ -130,12 +130,6 @@ PREPARE_HELP = (
 )
 
 
-def _google_help(settings: tuple[Setting, ...]) -> str:
-    flags = [f"--{s.google}" + ("=a.txt,b.txt (comma list, globs)" if s.is_list else "=True" if s.value_type is bool else "")
-             for s in settings if s.google]
-    return f"Google's create_pretraining_data.py flags work as written: {', '.join(flags)}."
-
-
 def _parameter(s: Setting) -> Parameter:
     """A typer parameter for one setting: its flags, type (choices from a Literal), help, panel
     and the model's default (for display; only values the user gave reach the model)."""
@@ -158,71 +152,6 @@ def _parameter(s: Setting) -> Parameter:
                         rich_help_panel=panel,
                         show_default=default is not None)
     return Parameter(s.name, Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
-
-
-def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
-    """Google's flags as create_pretraining_data.py takes them -> this command's flags:
-    ``--max_seq_length=128`` or ``--max_seq_length 128``, ``--do_lower_case[=True|False]`` and
-    absl's ``--nodo_lower_case``, ``--input_file=a.txt,b*.txt`` (a comma list of paths or globs)."""
-    google = {s.google: s for s in settings if s.google}
-    out: list[str] = []
-    rest = iter(args)
-    for arg in rest:
-        if arg == "--":
-            out += [arg, *rest]
-            break
-        s, value = _google_flag(arg, google)
-        if s is not None:
-            note_google_spelling(s.name)
-        if s is None:
-            out.append(arg)
-        elif s.value_type is bool:
-            if value is not None and value.strip().lower() not in _TRUE | _FALSE:
-                raise typer.BadParameter(f"{arg}: expected True or False")
-            on = value is None or value.strip().lower() in _TRUE
-            out.append(s.flags[0] if on else f"--no-{s.flags[0][2:]}")
-        else:
-            if value is None and (value := next(rest, None)) is None:
-                raise typer.BadParameter(f"{arg} needs a value")
-            if s.name == "output":
-                _google_output(value)
-            values = [v for v in value.split(",") if v] if s.is_list else [value]
-            out += values if s.positional else [x for v in values for x in (s.flags[0], v)]
-    return out
-
-
-_TRUE, _FALSE = {"true", "t", "1", "yes", "y"}, {"false", "f", "0", "no", "n"}
-
-_SHARD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr", ".record", ".parquet")
-
-
-def _google_output(value: str) -> None:
-    """Google's ``--output_file`` names files; ours names the output directory of shards. A
-    comma list is refused; a name like a file is said to become a directory, with the glob that
-    ``run_pretraining.py --input_file`` then takes."""
-    if "," in value:
-        raise typer.BadParameter(f"--output_file={value}: mlm-pipeline writes one output directory of shards "
-                                 "(tasks write their own files in parallel); give one path")
-    if value.rstrip("/").lower().endswith(_SHARD_SUFFIXES) and not os.path.isfile(value):  # (a file: refused)
-        from mlm_pipeline.run import layout
-
-        shards = f"{value.rstrip('/')}/{layout.SHARDS_DIR}"
-        typer.secho(f"note: --output_file {value} is the output directory here: its shards are "
-                    f"{shards}/{layout.SHARD_PREFIX}*; give run_pretraining.py --input_file='{shards}/*.tfrecord'",
-                    fg=typer.colors.YELLOW, err=True)
-
-
-def _google_flag(arg: str, google: dict[str, Setting]) -> tuple[Setting | None, str | None]:
-    """(setting, value given with ``=``, else None) when ``arg`` is one of Google's flags."""
-    if not arg.startswith("--"):
-        return None, None
-    name, eq, value = arg[2:].partition("=")
-    if name in google:
-        return google[name], value if eq else None
-    negated = google.get(name[2:]) if name.startswith("no") and not eq else None
-    if negated is not None and negated.value_type is bool:
-        return negated, "false"
-    return None, None
 
 
 class PrepareCommand(_Command):
@@ -288,7 +217,7 @@ def add_prepare_command(app: typer.Typer, model: type = PrepareConfig,
         *(_parameter(s) for s in settings),
     ])
     command_class = type("PrepareCommand", (PrepareCommand,), {"settings_model": model})
-    help_text = escape(PREPARE_HELP + "\n\n" + _google_help(settings_of(model)))
+    help_text = escape(PREPARE_HELP + "\n\n" + google_help(settings_of(model)))
     app.command("prepare", cls=command_class, help=help_text, no_args_is_help=True)(prepare)
 
 

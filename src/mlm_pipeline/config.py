@@ -179,6 +179,9 @@ class PrepareConfig(BaseModel):
         ..., "tokenizer", "A WordPiece vocab.txt, a tokenizer.json, a SentencePiece .model, a model directory, or a "
         "Hugging Face hub name (bert-base-uncased: from the local HF cache, or downloaded).",
         flags=("--tokenizer", "--vocab-file", "-t"), google="vocab_file", by_content=True)
+    spm_model_file: str | None = setting(
+        None, "tokenizer", "ALBERT's SentencePiece .model, in place of --tokenizer.",
+        google="spm_model_file", metavar="PATH", by_content=True)
     tokenizer_backend: TokenizerBackend = setting(
         "auto", "tokenizer", "Encoder: auto, the fastest one that gives the reference's ids exactly (checked), "
         "or one by name. Output never depends on it.",
@@ -222,15 +225,16 @@ class PrepareConfig(BaseModel):
         False, "input", "Wikipedia dump: keep table captions and cell text.")
 
     objective: ObjectiveName = setting(
-        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. packed: RoBERTa full "
-        "sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, masked in training.",
+        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "
+        "packed: RoBERTa full sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, "
+        "masked in training.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
         None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
         "Default: the objective's (none for tokens and electra, else static).")
     reference: bool = setting(
         False, "instances", "Reproduce the objective's reference script exactly (Google's "
-        "create_pretraining_data.py, ELECTRA's build_pretraining_dataset.py). Slower.")
+        "create_pretraining_data.py, ALBERT's, ELECTRA's build_pretraining_dataset.py). Slower.")
     max_seq_length: int = setting(
         128, "instances", "Tokens per instance, [CLS] and [SEP] included.", google="max_seq_length", ge=8, le=8192)
     max_predictions_per_seq: int = setting(
@@ -259,6 +263,9 @@ class PrepareConfig(BaseModel):
     geometric_p: float = setting(0.2, "masking", "span: p of the geometric span length.", gt=0.0, le=1.0)
     span_lower: int = setting(1, "masking", "span: the shortest span, in words.", ge=1, le=512)
     span_upper: int = setting(10, "masking", "span: the longest span, in words.", ge=1, le=512)
+    random_next_sentence: bool = setting(
+        False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
+        google="random_next_sentence")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
@@ -353,6 +360,10 @@ class PrepareConfig(BaseModel):
                 ref = get_objective(name).reference if name in objective_names() else None
                 if ref is not None:
                     data["num_out_files"] = ref.num_out_files  # e.g. ELECTRA's fixed 1000 files
+            if data.get("spm_model_file"):  # ALBERT's: the SentencePiece model is the tokenizer
+                data["tokenizer"] = data["spm_model_file"]
+                if "://" not in data["spm_model_file"]:
+                    data["spm_model_file"] = os.path.abspath(data["spm_model_file"])
             tok = data.get("tokenizer")
             if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
@@ -384,6 +395,9 @@ class PrepareConfig(BaseModel):
         _check_masking_scheme(self)
         from mlm_pipeline.instances import get_objective
 
+        if self.random_next_sentence and self.objective != "sop":
+            raise ValueError(f"--random-next-sentence chooses ALBERT's variant of --objective sop; "
+                             f"--objective {self.objective} does not use it")
         check = get_objective(self.objective).check
         if check is not None:
             check(self)

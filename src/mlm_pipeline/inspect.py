@@ -112,9 +112,10 @@ def _resolve(path: str) -> tuple[list[str], dict, OutputFormat, str | None]:
     return [path], {}, _format_of_file(path), None
 
 
-def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True) -> str:
+def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True,
+                    label_names: tuple[str, str] = ("actual next", "random next")) -> str:
     """One instance as text; ``nsp``: its objective has next-sentence labels (TFRecord's layout
-    stores the feature for every objective, 0 where there is none)."""
+    stores the feature for every objective, 0 where there is none), ``label_names`` what they mean."""
     row = batch.row(i)
     tokens = tok.convert_ids_to_tokens(row["input_ids"])
     n_a = row["segment_ids"].count(0)
@@ -123,7 +124,7 @@ def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True) -> s
     )
     head = f"#{i}  length {len(tokens)}  segment A {n_a}"
     if nsp and "next_sentence_label" in row:
-        head += f"  next_sentence_label {row['next_sentence_label']} ({'random' if row['next_sentence_label'] else 'actual'} next)"
+        head += f"  next_sentence_label {row['next_sentence_label']} ({label_names[row['next_sentence_label']]})"
     return f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"
 
 
@@ -155,6 +156,7 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
                                f"{path}: its fingerprint differs from the run's; pass that one, or use --json for the ids")
     objective = settings.get("objective")
     nsp = objective not in objective_names() or get_objective(objective).has_nsp_labels
+    label_names = get_objective(objective).label_names if objective in objective_names() else None
     shown = 0
     for k, url in enumerate(shards):
         batch = first if k == 0 else _read(output_format, url)
@@ -163,7 +165,7 @@ def inspect_lines(path: str, *, n: int, tokenizer: str | None, do_lower_case: bo
             if as_json:
                 yield json.dumps(batch.row(i))
             else:
-                yield format_instance(batch, i, tok, nsp=nsp)
+                yield format_instance(batch, i, tok, nsp=nsp, **({"label_names": label_names} if label_names else {}))
             shown += 1
         if shown >= n:
             return

@@ -121,6 +121,12 @@ class _BlockStats:
         }
 
 
+def _word_continuation(config: PrepareConfig, tok: TextTokenizer) -> np.ndarray:
+    """How words are grouped for masking: the objective's rule if it has one, else the tokenizer's."""
+    rule = get_objective(config.objective).word_continuation
+    return tok.is_continuation if rule is None else rule(tok)
+
+
 def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
     return MaskingSpec(
         masked_lm_prob=config.masked_lm_prob,
@@ -129,7 +135,7 @@ def masking_spec(config: PrepareConfig, tok: TextTokenizer) -> MaskingSpec:
         mask_id=tok.special.mask,
         special_ids=tok.special_id_array,
         do_whole_word_mask=config.do_whole_word_mask,
-        is_continuation=tok.is_continuation if needs_words(config) else None,
+        is_continuation=_word_continuation(config, tok) if needs_words(config) else None,
         scheme=config.masking_scheme,
         ngram=config.ngram,
         favor_shorter_ngram=config.favor_shorter_ngram,
@@ -161,7 +167,9 @@ def _process_block(
     batch, counts = get_objective(config.objective).build(docs, BuildContext(config, tok, rng))
     mask_stats = {}
     if config.masking == "static":
+        built = batch
         batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
+        batch.token_boundary = built.token_boundary  # (sop's; masking keeps every row's length)
         mask_stats = masked.to_dict()
     block_stats.add(batch, counts, mask_stats, len(docs.ids))
     sink.write(batch)

@@ -67,3 +67,23 @@ def test_tensorflow_rejects_a_corrupted_record(tmp_path):
     with pytest.raises(tf.errors.DataLossError):
         for _ in tf.data.TFRecordDataset([str(path)]):
             pass
+
+
+def test_tensorflow_parses_sop_output_with_albert_spec(tmp_path):
+    """ALBERT's run_pretraining.py input spec (BERT's plus token_boundary) parses a sop run's
+    TFRecords, equal to the same run's Parquet shards."""
+    common = dict(inputs=[str(SAMPLE_TEXT)], tokenizer=str(VOCAB), objective="sop", dupe_factor=3, workers=1,
+                  progress=False)
+    tf_m = run_prepare(PrepareConfig(output=str(tmp_path / "tf"), format="tfrecord", **common))
+    pq_m = run_prepare(PrepareConfig(output=str(tmp_path / "pq"), format="parquet", **common))
+    spec = {**_spec(128, 20), "token_boundary": tf.io.FixedLenFeature([128], tf.int64)}
+    files = [str(tmp_path / "tf" / s["path"]) for s in tf_m["shards"]]
+    got: dict[str, list] = {}
+    for ex in tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, spec)):
+        for k, v in ex.items():
+            got.setdefault(k, []).append(v.numpy())
+    expected = InstanceBatch.concat([read_parquet(str(tmp_path / "pq" / s["path"])) for s in pq_m["shards"]]
+                                    ).padded(128, 20)
+    assert set(expected) == set(spec) and len(got["input_ids"]) == tf_m["totals"]["instances"] > 20
+    for k, v in expected.items():
+        assert np.array_equal(np.stack(got[k]), v), k

@@ -25,12 +25,24 @@ FEATURES = (
 )
 
 
-def load_golden(folder: Path, name: str) -> tuple[dict, dict[str, np.ndarray]]:
+ALBERT_FEATURES = (
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "token_boundary",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "masked_lm_weights",
+    "next_sentence_labels",
+)
+
+
+def load_golden(folder: Path, name: str, features: Sequence[str] = FEATURES) -> tuple[dict, dict[str, np.ndarray]]:
     """``(settings, padded features)`` of golden case ``name`` in ``folder``."""
     settings = json.loads((folder / f"{name}.json").read_text())
     with gzip.open(folder / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    return settings, {k: np.array([r[k] for r in rows]) for k in FEATURES}
+    return settings, {k: np.array([r[k] for r in rows]) for k in features}
 
 
 def decode_padded_instance(
@@ -58,6 +70,7 @@ def describe_first_difference(
     actual: dict[str, np.ndarray],
     expected: dict[str, np.ndarray],
     convert_ids_to_tokens: Callable[[Sequence[int]], list[str]],
+    features: Sequence[str] = FEATURES,
 ) -> str | None:
     """``None`` when all padded features are equal, else a report of the first differing instance.
 
@@ -69,7 +82,7 @@ def describe_first_difference(
     lines = []
     if n_act != n_exp:
         lines.append(f"instance count differs: actual {n_act}, expected {n_exp}")
-    for name in FEATURES:
+    for name in features:
         a, e = np.asarray(actual[name]), np.asarray(expected[name])
         if a.shape[1:] != e.shape[1:]:
             lines.append(f"feature {name} has row shape {a.shape[1:]} (actual) vs {e.shape[1:]} (expected)")
@@ -77,7 +90,7 @@ def describe_first_difference(
         return "\n".join(lines)
     m = min(n_act, n_exp)
     row_differs = np.zeros(m, bool)
-    for name in FEATURES:
+    for name in features:
         a = np.asarray(actual[name])[:m].reshape(m, -1)
         e = np.asarray(expected[name])[:m].reshape(m, -1)
         row_differs |= (a != e).any(axis=1)
@@ -85,7 +98,7 @@ def describe_first_difference(
         return None
     i = int(np.argmax(row_differs))
     lines.append(f"first differing instance: {i} (of {m}; {int(row_differs.sum())} differ in all)")
-    for name in FEATURES:
+    for name in features:
         a = np.asarray(actual[name][i]).reshape(-1)
         e = np.asarray(expected[name][i]).reshape(-1)
         if (a != e).any():

@@ -35,6 +35,8 @@ SCHEMA = pa.schema(
         ("next_sentence_labels", pa.int32()),
     ]
 )
+ALBERT_SCHEMA = SCHEMA.append(pa.field("token_boundary", pa.list_(pa.int32())))
+"""``sop``'s shards: BERT's columns and ALBERT's ``token_boundary``."""
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32}
@@ -59,6 +61,7 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
         if batch.next_sentence_labels is None
         else batch.next_sentence_labels.astype(np.int32)
     )
+    boundary = [] if batch.token_boundary is None else [_list(batch.token_boundary, batch.offsets, pa.int32())]
     return pa.Table.from_arrays(
         [
             _list(batch.input_ids, batch.offsets, pa.int32()),
@@ -68,8 +71,9 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
             _list(batch.masked_lm_ids, batch.masked_offsets, pa.int32()),
             _list(np.ones(n_mask, np.float32), batch.masked_offsets, pa.float32()),
             _array(nsp, pa.int32()),
+            *boundary,
         ],
-        schema=SCHEMA,
+        schema=ALBERT_SCHEMA if boundary else SCHEMA,
     )
 
 
@@ -92,6 +96,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     pos, moff = _flat(table.column("masked_lm_positions"))
     mids, _ = _flat(table.column("masked_lm_ids"))
     nsp = _numpy(table.column("next_sentence_labels").combine_chunks(), np.int32)
+    boundary = _flat(table.column("token_boundary"))[0] if "token_boundary" in table.column_names else None
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -100,6 +105,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         masked_lm_ids=mids.astype(np.int32),
         masked_offsets=moff,
         next_sentence_labels=None if (len(nsp) and nsp.min() < 0) else nsp.astype(np.int8),
+        token_boundary=None if boundary is None else boundary.astype(np.int8),
     )
 
 
@@ -116,17 +122,24 @@ READ_OPTIONS = {"page_checksum_verification": True}
 class ParquetShardWriter:
     """Appends blocks as row groups to one Parquet file (an open binary file; not closed here).
 
-    Rows are stored unpadded, so the run's length limits play no part here.
+    Rows are stored unpadded, so the run's length limits play no part here. The schema is the
+    first block's (with ``token_boundary`` for ``sop``), so the file is opened on the first write.
     """
 
     def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, max_predictions: int | None = None):
-        self._writer = pq.ParquetWriter(f, SCHEMA, **WRITE_OPTIONS)
+        self._f = f
+        self._writer: pq.ParquetWriter | None = None
 
     def write(self, batch: InstanceBatch) -> None:
         if len(batch):
-            self._writer.write_table(batch_to_table(batch))
+            table = batch_to_table(batch)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self._f, table.schema, **WRITE_OPTIONS)
+            self._writer.write_table(table)
 
     def close(self) -> None:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._f, SCHEMA, **WRITE_OPTIONS)
         self._writer.close()
 
 

@@ -15,6 +15,8 @@ Built in:
 
 * ``nsp`` (``nsp.py``): BERT sentence pairs with next-sentence labels; its reference mode
   (``reference.py``) reproduces google-research/bert's ``create_pretraining_data.py``.
+* ``sop`` (``sop.py``): ALBERT sentence-order pairs with ``token_boundary``; its reference mode
+  (``albert_reference.py``) reproduces google-research/albert's ``create_pretraining_data.py``.
 * ``packed`` (``packed.py``): RoBERTa FULL-SENTENCES packing.
 * ``tokens`` (``tokens.py``): tokenize only, plain windows for masking at load time.
 * ``electra`` (``electra.py``): google-research/electra's ``build_pretraining_dataset.py``
@@ -53,9 +55,9 @@ def _registry() -> dict[str, Objective]:
     """The registry, with the built-in objectives registered first (on the first call)."""
     global _built_in_loaded
     if not _built_in_loaded:
-        from mlm_pipeline.instances import electra, nsp, packed, tokens
+        from mlm_pipeline.instances import electra, nsp, packed, sop, tokens
 
-        for objective in (nsp.OBJECTIVE, packed.OBJECTIVE, tokens.OBJECTIVE, electra.OBJECTIVE):
+        for objective in (nsp.OBJECTIVE, packed.OBJECTIVE, tokens.OBJECTIVE, electra.OBJECTIVE, sop.OBJECTIVE):
             _OBJECTIVES[objective.name] = objective
         _built_in_loaded = True
     return _OBJECTIVES

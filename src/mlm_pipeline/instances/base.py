@@ -126,6 +126,10 @@ class Objective:
     ``cuts_long_sentences``: a sentence longer than an instance loses its excess tokens (BERT's
     pairs are truncated, ELECTRA's examples end), so a paragraph read as one sentence loses much
     of itself; the plan warns of inputs that look like a paragraph per line.
+    ``word_continuation(tokenizer)``: per id, whether the token continues a word, for the
+    masking schemes that mask words, when the objective's script groups words otherwise than the
+    tokenizer's marker (``sop``: ALBERT's start-piece test, which makes a CJK piece a word of its
+    own); None: the tokenizer's own ``is_continuation``.
     """
 
     name: str
@@ -140,6 +144,8 @@ class Objective:
     load_masking: Literal["dynamic", "electra"] = "dynamic"
     cuts_long_sentences: bool = False
     default_masking_scheme: str = "token"  # --masking-scheme when none is given (mlm_pipeline.masking)
+    word_continuation: Callable[[Any], np.ndarray] | None = None
+    label_names: tuple[str, str] = ("actual next", "random next")  # what labels 0 and 1 mean (inspect)
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""

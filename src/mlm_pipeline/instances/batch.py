@@ -108,7 +108,8 @@ class InstanceBatch:
     holds the corrupted tokens (``[MASK]``, random or kept). ``next_sentence_labels`` is 1 when
     segment B is a random next segment (Google's convention), 0 when it is the actual next; it is
     ``None`` for objectives without NSP. An unmasked batch has empty masked arrays and
-    ``masked_offsets`` of zeros.
+    ``masked_offsets`` of zeros. ``token_boundary`` (ALBERT's feature, ``sop`` only, else
+    ``None``) is 1 per token that starts a word, ``[CLS]`` and ``[SEP]``, 0 per continuation.
     """
 
     input_ids: np.ndarray  # int32 [total_tokens]
@@ -118,6 +119,7 @@ class InstanceBatch:
     masked_lm_ids: np.ndarray  # int32 [total_masked]
     masked_offsets: np.ndarray  # int64 [n + 1]
     next_sentence_labels: np.ndarray | None  # int8 [n] or None
+    token_boundary: np.ndarray | None = None  # int8 [total_tokens] or None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -168,6 +170,8 @@ class InstanceBatch:
         }
         if self.next_sentence_labels is not None:
             out["next_sentence_label"] = int(self.next_sentence_labels[i])
+        if self.token_boundary is not None:
+            out["token_boundary"] = self.token_boundary[s:e].tolist()
         return out
 
     def take(self, order: np.ndarray) -> "InstanceBatch":
@@ -175,7 +179,8 @@ class InstanceBatch:
         order = np.asarray(order, dtype=np.int64)
         lens = self.lengths[order]
         mlens = self.masked_counts[order]
-        input_ids, segment_ids = gather_ranges((self.input_ids, self.segment_ids), self.offsets[:-1][order], lens)
+        sources = (self.input_ids, self.segment_ids) + (() if self.token_boundary is None else (self.token_boundary,))
+        input_ids, segment_ids, *boundary = gather_ranges(sources, self.offsets[:-1][order], lens)
         positions, masked_ids = gather_ranges((self.masked_lm_positions, self.masked_lm_ids),
                                               self.masked_offsets[:-1][order], mlens)
         return InstanceBatch(
@@ -188,6 +193,7 @@ class InstanceBatch:
             next_sentence_labels=None
             if self.next_sentence_labels is None
             else self.next_sentence_labels[order],
+            token_boundary=boundary[0] if boundary else None,
         )
 
     def slice(self, start: int, stop: int) -> "InstanceBatch":
@@ -204,6 +210,7 @@ class InstanceBatch:
             next_sentence_labels=None
             if self.next_sentence_labels is None
             else self.next_sentence_labels[start:stop],
+            token_boundary=None if self.token_boundary is None else self.token_boundary[s:e],
         )
 
     @staticmethod
@@ -227,6 +234,8 @@ class InstanceBatch:
             masked_lm_ids=np.concatenate([b.masked_lm_ids for b in batches]),
             masked_offsets=lengths_to_offsets(mlens),
             next_sentence_labels=nsp,
+            token_boundary=None if batches[0].token_boundary is None
+            else np.concatenate([b.token_boundary for b in batches]),
         )
 
     def padded(self, max_seq_length: int, max_predictions: int, *, compact: bool = False,
@@ -279,6 +288,9 @@ class InstanceBatch:
             if self.next_sentence_labels is None
             else self.next_sentence_labels.astype(nsp_dtype).reshape(n, 1)
         )
+        if self.token_boundary is not None:
+            out["token_boundary"] = np.zeros((n, max_seq_length), small_dtype)
+            out["token_boundary"][inside] = self.token_boundary
         return {
             **out,
             "input_mask": input_mask,
@@ -302,6 +314,7 @@ class InstanceBatch:
         weights = np.asarray(features["masked_lm_weights"]) > 0
         mlens = weights.sum(axis=1).astype(np.int64)
         nsp = features.get("next_sentence_labels")
+        boundary = features.get("token_boundary")
         return cls(
             input_ids=np.asarray(features["input_ids"])[keep].astype(np.int32),
             segment_ids=np.asarray(features["segment_ids"])[keep].astype(np.int8),
@@ -312,4 +325,5 @@ class InstanceBatch:
             next_sentence_labels=None
             if nsp is None
             else np.asarray(nsp).reshape(-1).astype(np.int8),
+            token_boundary=None if boundary is None else np.asarray(boundary)[keep].astype(np.int8),
         )

@@ -59,9 +59,12 @@ class PairStats:
     truncated: int = 0
     truncated_tokens: int = 0
     chunks_without_pair: int = 0
+    swapped: int | None = None  # sop: pairs in swapped order (label 1 with B the actual next)
 
     def to_dict(self) -> dict:
+        extra = {} if self.swapped is None else {"sentence_order_swapped": self.swapped}
         return {
+            **extra,
             "instances": self.instances,
             "random_next": self.random_next,
             "short_target_documents": self.short_target_documents,
@@ -72,12 +75,13 @@ class PairStats:
 
 
 def _python_rounds(sent_off: list[int], doc_off: list[int], n_docs: int, state: list[list[int]],
-                   uniform: Callable[[], float], out: list[list[int]]) -> None:
+                   uniform: Callable[[], float], out: list[list[int]], sentence_order: bool = False) -> None:
     """The rounds of :func:`_rounds` for few active passes: the same step, the same four draws per
     pass and round in the same order, in plain Python (a numpy call costs about a microsecond,
     several times this step's work on one pass). ``state`` holds lists (stream, doc, sentence,
     document end, target) of the active passes; ``out`` gets the rows (stream, a start, a length,
-    b start, b length, label), round after round."""
+    b start, b length, label), round after round. ``sentence_order`` (``sop``): the coin that picks a
+    random next swaps A and B instead (label 2); only a one-sentence chunk takes a random next."""
     stream, doc, sent, end, target = state
     add_stream, add_a_start, add_a_len, add_b_start, add_b_len, add_label = (col.append for col in out)
     while stream:
@@ -93,7 +97,7 @@ def _python_rounds(sent_off: list[int], doc_off: list[int], n_docs: int, state: 
             add_stream(stream[x])
             add_a_start(base)
             add_a_len(la)
-            if n_chunk == 1 or u_next < 0.5:
+            if n_chunk == 1 or (u_next < 0.5 and not sentence_order):
                 d = doc[x]
                 if n_docs > 1:
                     r = min(int(u_doc * (n_docs - 1)), n_docs - 2)
@@ -110,7 +114,7 @@ def _python_rounds(sent_off: list[int], doc_off: list[int], n_docs: int, state: 
             else:
                 add_b_start(sent_off[a_end])
                 add_b_len(sent_off[j] - sent_off[a_end])
-                add_label(0)
+                add_label(2 if sentence_order and u_next < 0.5 else 0)
                 i = j
             if i < s1:
                 sent[x] = i
@@ -126,7 +130,7 @@ document, such as a novel without blank lines, runs in Python from the start).""
 
 
 def _numpy_round(sent_off: np.ndarray, doc_off: np.ndarray, n_docs: int, state: list[np.ndarray],
-                 u: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+                 u: np.ndarray, sentence_order: bool = False) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """One round for all active passes at once: each makes its next instance. Returns the rows
     (stream, a start, a length, b start, b length, label) and each pass's next sentence."""
     stream, doc, i, end, target = state
@@ -138,7 +142,9 @@ def _numpy_round(sent_off: np.ndarray, doc_off: np.ndarray, n_docs: int, state: 
     a_end = np.where(n_chunk >= 2, i + 1 + np.minimum((u[:, 0] * (n_chunk - 1)).astype(np.int64), n_chunk - 2),
                      i + 1)
     la = sent_off[a_end] - base
-    random_next = (n_chunk == 1) | (u[:, 1] < 0.5)
+    coin = u[:, 1] < 0.5
+    random_next = (n_chunk == 1) | (coin & (not sentence_order))
+    label = random_next.astype(np.int64) + 2 * (coin & ~random_next) if sentence_order else random_next
     if n_docs > 1:
         r = np.minimum((u[:, 2] * (n_docs - 1)).astype(np.int64), n_docs - 2)
         r += r >= doc  # uniform over the other documents
@@ -151,11 +157,11 @@ def _numpy_round(sent_off: np.ndarray, doc_off: np.ndarray, n_docs: int, state: 
     b_start = np.where(random_next, sent_off[rs], sent_off[a_end])
     b_len = np.where(random_next, sent_off[k], sent_off[j]) - b_start
     # a random next gives the chunk's unused sentences back to the document
-    return (stream, base, la, b_start, b_len, random_next), np.where(random_next, a_end, j)
+    return (stream, base, la, b_start, b_len, label), np.where(random_next, a_end, j)
 
 
 def _rounds(sent_off: np.ndarray, doc_off: np.ndarray, target: np.ndarray, rng: np.random.Generator,
-            ) -> tuple[np.ndarray, ...]:
+            sentence_order: bool = False) -> tuple[np.ndarray, ...]:
     """All instances of all document passes (stream ``p * n_docs + d`` is pass ``p`` over
     document ``d``), in (stream, chunk) order: (a start, a length, b start, b length, label).
 
@@ -170,7 +176,7 @@ def _rounds(sent_off: np.ndarray, doc_off: np.ndarray, target: np.ndarray, rng: 
     state = [stream, doc, doc_off[doc], doc_off[doc + 1], target]
     parts: list[tuple[np.ndarray, ...]] = []
     while len(state[0]) >= _VECTOR_PASSES:
-        row, nxt = _numpy_round(sent_off, doc_off, n_docs, state, rng.random((len(state[0]), 4)))
+        row, nxt = _numpy_round(sent_off, doc_off, n_docs, state, rng.random((len(state[0]), 4)), sentence_order)
         parts.append(row)
         alive = nxt < state[3]
         state[2] = nxt
@@ -178,7 +184,7 @@ def _rounds(sent_off: np.ndarray, doc_off: np.ndarray, target: np.ndarray, rng: 
     if len(state[0]):
         out: list[list[int]] = [[], [], [], [], [], []]
         _python_rounds(sent_off.tolist(), doc_off.tolist(), n_docs, [col.tolist() for col in state],
-                       uniform_stream(rng), out)
+                       uniform_stream(rng), out, sentence_order)
         parts.append(tuple(np.asarray(col, np.int64) for col in out))
     columns = [np.concatenate([part[c] for part in parts]) for c in range(6)]
     order = np.argsort(columns[0], kind="stable")  # round after round -> pass after pass
@@ -195,12 +201,15 @@ def build_nsp_instances(
     sep_id: int,
     rng: np.random.Generator,
     shuffle: bool = False,
+    sentence_order: bool = False,
 ) -> tuple[InstanceBatch, PairStats]:
     """Unmasked NSP instances for every document, ``dupe_factor`` passes.
 
     In build order (pass, document, chunk), or with ``shuffle`` in a random order drawn from
     ``rng``: the instances' ranges are permuted before the tokens are gathered, so shuffling costs
-    no second gather.
+    no second gather. ``sentence_order``: ALBERT's pairs (``sop``): the next-sentence coin swaps A
+    and B (label 1) instead of taking B from another document, which only a one-sentence chunk
+    does (label 1); the swap comes before truncation, as in ALBERT's script.
     """
     max_tokens = max_seq_length - 3
     stats = PairStats()
@@ -216,8 +225,14 @@ def build_nsp_instances(
     # the rounds draw from a generator of their own: the Python rounds draw ahead in blocks
     rounds_rng = np.random.default_rng(int(rng.integers(0, 1 << 63)))
     a_start_arr, la0, b_start_arr, lb0, labels_arr = _rounds(docs.sentence_offsets, docs.doc_offsets, target,
-                                                             rounds_rng)
+                                                             rounds_rng, sentence_order)
     n = len(labels_arr)
+    if sentence_order:
+        swapped = labels_arr == 2
+        stats.swapped = int(np.count_nonzero(swapped))
+        a_start_arr, b_start_arr = np.where(swapped, b_start_arr, a_start_arr), np.where(swapped, a_start_arr, b_start_arr)
+        la0, lb0 = np.where(swapped, lb0, la0), np.where(swapped, la0, lb0)
+        labels_arr = labels_arr > 0
     labels_arr = labels_arr.astype(np.int8)
     la, lb = truncated_lengths(la0, lb0, max_tokens)
     stats.truncated = int(np.count_nonzero((la != la0) | (lb != lb0)))

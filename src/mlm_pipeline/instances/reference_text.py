@@ -133,6 +133,25 @@ def tokenize_reference_documents(
     sentences = [s for doc in documents for s in doc]
     if not sentences:
         return []
+    flat, offsets = tokenize_reference_sentences(sentences, tokenizer, where=where, backend=backend)
+    offsets = offsets.tolist()
+    out: list[list[np.ndarray]] = []
+    k = 0
+    for doc in documents:
+        kept = [flat[offsets[j] : offsets[j + 1]] for j in range(k, k + len(doc)) if offsets[j + 1] > offsets[j]]
+        k += len(doc)
+        if kept:
+            out.append(kept)
+    return out
+
+
+def tokenize_reference_sentences(
+    sentences: list[str], tokenizer: TextTokenizer, *, where: str = "reference", backend: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each sentence's ids by Google's ``FullTokenizer`` rules, in batched calls: (flat int32 ids,
+    offsets int64 [sentences + 1]). Sentences may be empty or tokenize to nothing (length 0)."""
+    if not sentences:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64)
     encoder, lowercases = _reference_tokenizer(tokenizer)
     if lowercases:
         sentences = [google_lower(s, "bert") if CAPITAL_SIGMA in s else s for s in sentences]
@@ -145,21 +164,14 @@ def tokenize_reference_documents(
     flat, lengths = encoder.encode_batch(fast) if fast else (np.zeros(0, np.int32), np.zeros(0, np.int64))
     if backend is not None:
         backend.update(encoder.info)
-    offsets = lengths_to_offsets(lengths).tolist()
     if routed:
+        offsets = lengths_to_offsets(lengths).tolist()
         google = iter(router.encode([s for j, s in enumerate(sentences) if j in routed]))
         fast_ids = (flat[offsets[j] : offsets[j + 1]] for j in range(len(fast)))
         parts = [next(google) if j in routed else next(fast_ids) for j in range(len(sentences))]
         flat = np.concatenate(parts).astype(flat.dtype, copy=False)
-        offsets = lengths_to_offsets(np.array([len(p) for p in parts], dtype=np.int64)).tolist()
-    out: list[list[np.ndarray]] = []
-    k = 0
-    for doc in documents:
-        kept = [flat[offsets[j] : offsets[j + 1]] for j in range(k, k + len(doc)) if offsets[j + 1] > offsets[j]]
-        k += len(doc)
-        if kept:
-            out.append(kept)
-    return out
+        lengths = np.array([len(p) for p in parts], dtype=np.int64)
+    return flat, lengths_to_offsets(lengths)
 
 
 def vocab_strings(tokenizer: TextTokenizer) -> list[str]:
