@@ -7,8 +7,8 @@ import sys
 import pytest
 from pydantic import Field
 
-from mlm_pipeline.config import (PANELS, PrepareConfig, build_config, config_values, load_config_file, setting,
-                                 settings_of)
+from mlm_pipeline.config import PANELS, PrepareConfig, build_config, setting, settings_of
+from mlm_pipeline.config_file import config_values, load_config_file
 from mlm_pipeline.errors import ConfigError
 
 REQUIRED = {"inputs": ["a.txt"], "output": "out", "tokenizer": "vocab.txt"}

@@ -22,7 +22,7 @@ _API = {  # name -> the module that defines it
     "prepare": "mlm_pipeline.pipeline",
     "PrepareConfig": "mlm_pipeline.config",
     "build_config": "mlm_pipeline.config",
-    "load_config_file": "mlm_pipeline.config",
+    "load_config_file": "mlm_pipeline.config_file",
     "finalize": "mlm_pipeline.run.manifest",
     "read_manifest": "mlm_pipeline.run.manifest",
     "read_shard": "mlm_pipeline.inspect",
@@ -60,7 +60,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
-    from mlm_pipeline.config import PrepareConfig, build_config, load_config_file
+    from mlm_pipeline.config import PrepareConfig, build_config
+    from mlm_pipeline.config_file import load_config_file
     from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, OutputError, PipelineError, TaskFailed,
                                      TokenizerError)
     from mlm_pipeline.inspect import read_shard

@@ -31,7 +31,8 @@ from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
 from mlm_pipeline.cli_google import google_help, native_args
-from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, load_config_file, settings_of
+from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, settings_of
+from mlm_pipeline.config_file import load_config_file
 from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, PipelineError,
                                  TaskFailed, Terminated, TokenizerError, redact_credentials)
 

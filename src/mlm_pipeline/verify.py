@@ -93,9 +93,8 @@ def _recorded_shards(output: str) -> tuple[list[dict], str, tuple[int, int] | No
     """The shards a run recorded: the manifest's, else (a run not finalized) its markers', with
     (the run's tasks, the markers found)."""
     from mlm_pipeline.run.manifest import read_manifest
-    from mlm_pipeline.run.state import refuse_a_file
 
-    refuse_a_file(output)
+    layout.refuse_a_file(output)
     manifest_url = layout.manifest_url(output)
     if fs.exists(manifest_url):
         return read_manifest(output)["shards"], layout.MANIFEST_FILE, None

@@ -141,6 +141,16 @@ def shard_url(output: str, path: str) -> str:
     return url
 
 
+def refuse_a_file(output: str) -> None:
+    """:class:`OutputError` when a local ``output`` is a file, not an output directory (instead of
+    the "Not a directory" of reading a name inside it), or holds a link where its layout names a
+    file (:func:`refuse_links`)."""
+    if fs.is_local(output) and os.path.isfile(fs.get_fs(output)[1]):
+        raise OutputError(f"{output} is a file: expected the output directory of a prepare run (the one holding "
+                          f"{MANIFEST_FILE} and {RUN_FILE})")
+    refuse_links(output)
+
+
 LAYOUT_NAMES = (RUN_FILE, PLAN_FILE, MANIFEST_FILE, LOCK_FILE, TASKS_DIR, LEASES_DIR, TMP_DIR, SHARDS_DIR, OUT_FILES_DIR)
 """Every name a run keeps in its output directory."""
 
@@ -180,6 +190,6 @@ def tmp_shard_name(task_id: str) -> str:
 __all__ = [
     "LEASES_DIR", "LOCK_FILE", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
     "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
-    "LAYOUT_NAMES", "refuse_links", "shard_dir_urls", "shard_url",
+    "LAYOUT_NAMES", "refuse_a_file", "refuse_links", "shard_dir_urls", "shard_url",
     "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

@@ -509,19 +509,9 @@ def save_plan(output: str, plan: Plan, inputs: list[str] | None = None, *, repla
     fs.atomic_write_bytes(url, f'{head[:-1]}, "tasks": [\n{tasks}\n]}}\n'.encode())
 
 
-def refuse_a_file(output: str) -> None:
-    """:class:`OutputError` when a local ``output`` is a file, not an output directory (instead of
-    the "Not a directory" of reading a name inside it), or holds a link where its layout names a
-    file (:func:`~mlm_pipeline.run.layout.refuse_links`)."""
-    if fs.is_local(output) and os.path.isfile(output):
-        raise OutputError(f"{output} is a file: expected the output directory of a prepare run (the one holding "
-                          f"{layout.MANIFEST_FILE} and {layout.RUN_FILE})")
-    layout.refuse_links(output)
-
-
 def load_run(output: str) -> tuple[PrepareConfig, dict, Plan]:
     """The config, run record and plan that ``prepare`` stored in an output."""
-    refuse_a_file(output)
+    layout.refuse_a_file(output)
     try:
         record = json.loads(fs.read_bytes(layout.run_url(output)))
         plan_doc = json.loads(fs.read_bytes(layout.plan_url(output)))
@@ -602,5 +592,5 @@ def _bytes_of(marker: dict, path: str) -> int:
     return next(s["bytes"] for s in marker["shards"] if s["path"] == path)
 
 
-__all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "forget_rejected", "load_run", "refuse_a_file",
+__all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "forget_rejected", "load_run",
            "run_record", "save_plan", "start_run", "task_timing", "write_marker"]

@@ -24,7 +24,6 @@ from mlm_pipeline.formats import OutputFormat, ShardLayout, ShardRows, get_outpu
 from mlm_pipeline.instances import get_objective, objective_names
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.run import layout
-from mlm_pipeline.run.state import refuse_a_file
 
 __all__ = ["PreparedOutput", "ShardEntry", "ShardRowReader", "load_prepared", "read_layouts", "verify_shard"]
 
@@ -126,7 +125,7 @@ class PreparedOutput:
 def load_prepared(url: str) -> PreparedOutput:
     """Read ``url/manifest.json`` (local path or fsspec URL such as ``s3://bucket/out``)."""
     manifest_url = layout.manifest_url(url)
-    refuse_a_file(url)
+    layout.refuse_a_file(url)
     try:
         manifest = json.loads(fs.read_bytes(manifest_url))
     except FileNotFoundError:
