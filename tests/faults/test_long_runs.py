@@ -80,3 +80,38 @@ def test_one_long_line_stays_within_the_memory_bound(long_lines, name, backend, 
         assert _window_tokens(out) == expected
     assert peak <= PEAK_RSS_LIMIT_MB, f"peak RSS {peak:.0f} MB for {path.name} ({backend})"
     tally.record(f"long line: {path.name}, --tokenizer-backend {backend}")
+
+
+@pytest.fixture(scope="module")
+def hostile_pages(tmp_path_factory) -> dict[str, Path]:
+    """A Wikipedia dump page whose text is 5 MB of ``[[``, and one of 16,000 ``<ref>`` never closed
+    (the bundled table-markup excerpt, its first page's text replaced)."""
+    import bz2
+    import re
+
+    from faults.helpers import REPO
+
+    xml = bz2.decompress((REPO / "tests" / "data" / "wiki" / "enwiki-table-markup.xml.bz2").read_bytes())
+    text = re.search(rb"<text[^>]*>(.*?)</text>", xml, re.S)
+    d = tmp_path_factory.mktemp("pages")
+    bodies = {"brackets": b"[[" * 2_500_000, "refs": b"Some words about it.&lt;ref&gt;a citation " * 16_000}
+    for name, body in bodies.items():
+        (d / f"{name}-pages-articles.xml").write_bytes(xml[:text.start(1)] + body + xml[text.end(1):])
+    return {name: d / f"{name}-pages-articles.xml" for name in bodies}
+
+
+@pytest.mark.parametrize("name", ["brackets", "refs"])
+def test_a_hostile_dump_page_stays_within_the_memory_bound_and_takes_seconds(hostile_pages, name, tmp_path, tally):
+    """A 5 MB page of ``[[`` (it cost 2.5 GB) and a page of 16,000 unclosed ``<ref>`` (the cleaner
+    was quadratic in them: minutes): each dump is read whole, in bounded memory, in seconds."""
+    import time
+
+    started = time.monotonic()
+    peak = _peak_rss_mb([str(hostile_pages[name]), "-o", str(tmp_path / "out"), "-t", str(VOCAB), "--workers", "1",
+                         "--no-progress"])
+    seconds = time.monotonic() - started
+    totals = json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]
+    assert totals["documents_read"] + sum(totals["documents_skipped"].values()) == 5  # every page accounted for
+    assert peak <= PEAK_RSS_LIMIT_MB, f"peak RSS {peak:.0f} MB for the {name} page"
+    assert seconds < 60, f"{seconds:.0f} s for the {name} page"  # (1.5 and 3 s on a 2-core VM)
+    tally.record(f"dump page: {name}")

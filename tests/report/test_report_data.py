@@ -347,3 +347,24 @@ def test_report_of_a_crafted_histogram_exits_2_and_counts_of_0_are_shown(prepare
     manifest["totals"]["masked_per_instance_histogram"] = {"0": 0, "3": 0}
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert "masked positions per instance" in cli("report", out).stdout
+
+
+def test_tokens_lost_count_a_documents_own_tokens_only(tmp_path):
+    """Documents of one long sentence each: every pair is that sentence as A and a random B from
+    another document, both truncated. What a document loses is its A's cut (the random B's tokens
+    are another document's, which keeps them in its own pairs): the count is exactly the tokens read
+    less those of every A (it counted the random Bs' cuts too, over 100% of the tokens read)."""
+    from mlm_pipeline import prepare
+    from mlm_pipeline.report.data import lost_tokens
+
+    words = WIKITEXT.read_text(encoding="utf-8").split()
+    corpus = tmp_path / "long-sentences.txt"
+    corpus.write_text("\n\n".join(" ".join(words[i * 400:(i + 1) * 400]) for i in range(40)) + "\n")
+    manifest = prepare(inputs=[str(corpus)], output=str(tmp_path / "out"), tokenizer=str(VOCAB), workers=1,
+                       progress=False, show_progress=False, max_seq_length=128, dupe_factor=1, format="parquet")
+    table = pq.read_table(tmp_path / "out" / manifest["shards"][0]["path"], columns=["segment_ids", "input_mask"])
+    a_tokens = sum(sum(1 for s, m in zip(seg, mask) if m and s == 0) - 2  # less [CLS] and the first [SEP]
+                   for seg, mask in zip(table.column("segment_ids").to_pylist(), table.column("input_mask").to_pylist()))
+    lost, read = lost_tokens(manifest)
+    assert manifest["totals"]["random_next"] == manifest["totals"]["instances"] == 40
+    assert lost == read - a_tokens and 0 < lost < read

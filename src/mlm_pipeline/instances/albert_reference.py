@@ -401,19 +401,20 @@ class _Builder:
                 n_chunk = i - chunk_first + 1
                 a_end = rng.randint(1, n_chunk - 1) if n_chunk >= 2 else 1
                 a = (so[chunk_first], so[chunk_first + a_end])
+                own_b = False  # B from another document: its truncation loses none of this one's tokens
                 if n_chunk == 1 or (s.random_next_sentence and rng.random() < 0.5):
                     is_random_next = True
                     b = self.random_segment(document_index, target - (a[1] - a[0]))
                     i -= n_chunk - a_end  # the unused sentences are read again
                 elif not s.random_next_sentence and rng.random() < 0.5:
-                    is_random_next = True  # sentence order swapped
+                    is_random_next = own_b = True  # sentence order swapped
                     a, b = (a[1], so[i + 1]), a
                 else:
-                    is_random_next = False
+                    is_random_next, own_b = False, True
                     b = (a[1], so[i + 1])
-                before = (a[1] - a[0]) + (b[1] - b[0])
+                la0, lb0 = a[1] - a[0], b[1] - b[0]
                 a, b = truncate_seq_pair(a, b, max_num_tokens, rng)
-                self.truncated_tokens += before - (a[1] - a[0]) - (b[1] - b[0])
+                self.truncated_tokens += la0 - (a[1] - a[0]) + (lb0 - (b[1] - b[0]) if own_b else 0)
                 self.instances.ranges.extend((a[0], a[1], b[0], b[1]))
                 self.instances.labels.append(is_random_next)
                 self.create_masked_lm_predictions(a, b)

@@ -227,6 +227,7 @@ def build_nsp_instances(
     a_start_arr, la0, b_start_arr, lb0, labels_arr = _rounds(docs.sentence_offsets, docs.doc_offsets, target,
                                                              rounds_rng, sentence_order)
     n = len(labels_arr)
+    own_b = labels_arr != 1  # B from this document (a random B's tokens are its own document's: not lost here)
     if sentence_order:
         swapped = labels_arr == 2
         stats.swapped = int(np.count_nonzero(swapped))
@@ -236,7 +237,7 @@ def build_nsp_instances(
     labels_arr = labels_arr.astype(np.int8)
     la, lb = truncated_lengths(la0, lb0, max_tokens)
     stats.truncated = int(np.count_nonzero((la != la0) | (lb != lb0)))
-    stats.truncated_tokens = int((la0 - la).sum() + (lb0 - lb).sum())
+    stats.truncated_tokens = int((la0 - la).sum() + ((lb0 - lb) * own_b).sum())
     # each removed token comes off the front or the back with probability 1/2
     front_a = rng.binomial(la0 - la, 0.5)
     front_b = rng.binomial(lb0 - lb, 0.5)
