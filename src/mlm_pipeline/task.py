@@ -12,6 +12,7 @@ marker is redone from scratch on resume, and its shards are rewritten identicall
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections import Counter
 from typing import Callable
 
@@ -199,7 +200,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
     tok.begin_task()  # a fallback of an earlier task in this process does not carry over
-    options = ReadOptions.from_config(config)
+    options = replace(ReadOptions.from_config(config), unknown_text=tok.unknown_text() or "")
     read_stats = ReadStats()
     block_stats = _BlockStats()
     # ELECTRA's layout (three features) has no masked-LM slots at all

@@ -425,6 +425,22 @@ class TextTokenizer:
         on a difference use the reference for the rest of the task."""
         self.checked.check_block(self._preprocess(texts), where)
 
+    def unknown_text(self) -> str | None:
+        """Text that encodes to the unknown token, for a reader to write where its input marks a
+        word as unknown (WikiText's ``<unk>``): the unknown token's own string where the tokenizer
+        matches it as a special token (HF's BERT normalization), else a symbol no vocabulary
+        spells (ELECTRA's rules split ``[UNK]`` into pieces and drop private-use characters); a
+        SentencePiece model may put its word-start piece before it, as for any unknown word.
+        None when none encodes so (a byte-level BPE has no unknown token)."""
+        if self.unk_id is None:
+            return None
+        for text in (self.convert_ids_to_tokens([self.unk_id])[0], "\u2370", "\U0002a6d6"):
+            ids = self.encode_batch([text])[0].tolist()
+            if ids == [self.unk_id] or (len(ids) == 2 and ids[1] == self.unk_id
+                                        and self.convert_ids_to_tokens(ids[:1])[0] in ("\u2581", "\u0120")):
+                return text
+        return None
+
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
             n = len(self._pieces)
