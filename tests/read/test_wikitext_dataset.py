@@ -117,6 +117,7 @@ def test_unk_is_the_tokenizers_unknown_token_and_counted_as_such(tokens_file, tm
     from mlm_pipeline.config import PrepareConfig
     from mlm_pipeline.pipeline import run_prepare
     from mlm_pipeline.report.data import report_data
+    from mlm_pipeline.report.text import render_report
 
     manifest = run_prepare(PrepareConfig(inputs=[str(tokens_file)], output=str(tmp_path / "out"), tokenizer=str(VOCAB),
                                          tokenizer_flavor=flavor, objective="tokens", dupe_factor=1,
@@ -128,6 +129,10 @@ def test_unk_is_the_tokenizers_unknown_token_and_counted_as_such(tokens_file, tm
     top = totals["top_token_counts"]
     assert top["[UNK]"] == 5636 + 9 and top.get("un", 0) < 50 and top.get("@", 0) == 0
     assert report_data(manifest)["tokens"]["unk_rate"] == pytest.approx(5645 / totals["tokens"])
+    # the input's own marks are counted as such: 2.8% [UNK], but not the vocabulary's fault
+    assert totals["unknown_marked"] == 5636
+    assert not any("[UNK]" in w for w in report_data(manifest)["warnings"])
+    assert "5,636 of them marked unknown in the input" in render_report(manifest)
 
 
 def test_the_quickstart_reads_its_wikitext_sample_without_debris(tmp_path):

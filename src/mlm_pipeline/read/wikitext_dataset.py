@@ -110,6 +110,8 @@ def _emit(taken, piece: Piece, options: ReadOptions, stats: ReadStats, owned: Ow
     if found is None:
         return
     paragraphs, replaced = found
+    if options.unknown_text:  # (counted: the report tells them from words the vocabulary lacks)
+        stats.unknown_marked += sum(p.count("<unk>") for p in paragraphs)
     paragraphs = [p for p in (undo_debris(p, options.unknown_text) for p in paragraphs) if p]
     if paragraphs:
         yield paragraphs, replaced

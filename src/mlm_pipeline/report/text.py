@@ -165,5 +165,6 @@ def _token_lines(t: dict, manifest: dict) -> list[str]:
         return [f"  [UNK] tokens, most frequent tokens: {why}"]
     top = sorted(t.get("top_token_counts", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_TOKENS]
     unk, tokens = t["unk_tokens"], t.get("tokens", 0)
-    return [f"  [UNK] tokens {unk:,} ({f'{unk / tokens:.3%}' if tokens else 'n/a'} of the tokens)",
+    marked = f"; {t['unknown_marked']:,} of them marked unknown in the input" if t.get("unknown_marked") else ""
+    return [f"  [UNK] tokens {unk:,} ({f'{unk / tokens:.3%}' if tokens else 'n/a'} of the tokens{marked})",
             "  most frequent tokens: " + (", ".join(f"{k} {v:,}" for k, v in top) or "(none)")]

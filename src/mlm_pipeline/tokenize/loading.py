@@ -485,6 +485,24 @@ class TextTokenizer:
                 return text
         return None
 
+    def unknown_words(self, texts: list[str]) -> list[str]:
+        """The words of ``texts`` that encode to the unknown token, one per unknown token, as
+        the tokenizer saw them (after its Python-side rules): spans of HF's offsets; without an
+        HF tokenizer (a BPE SentencePiece model), the whitespace words that encode to it. For
+        the report (which words a vocabulary lacks), not the hot path: a run asks for a sample."""
+        unk = self.unk_id
+        if unk is None or not texts:
+            return []
+        texts = self._preprocess(texts)
+        words: list[str] = []
+        if self.tokenizer is not None:
+            for text, enc in zip(texts, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
+                words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
+            return words
+        for text in texts:
+            words.extend(w for w in text.split() if unk in self.checked.encode_batch([w])[0])
+        return words
+
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
             n = len(self._pieces)
