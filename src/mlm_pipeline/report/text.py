@@ -23,9 +23,11 @@ def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
         buckets[b] = buckets.get(b, 0) + v
     top = max(buckets.values()) or 1  # (every count 0: a hand-made manifest)
     total = sum(buckets.values()) or 1
+    # every bin from the lowest to the highest, an empty one as a row of 0 (a gap was hidden)
     return [
-        f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
-        for b, v in sorted(buckets.items())
+        f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * (max(1, round(width * v / top)) if v else 0):<{width}} "
+        f"{v:>9,} ({v / total:5.1%})"
+        for b, v in ((b, buckets.get(b, 0)) for b in range(lo, hi + 1, step))
     ]
 
 
