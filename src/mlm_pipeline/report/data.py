@@ -257,7 +257,9 @@ def _lost_why(manifest: dict) -> str:
            if "dropped_tokens" in t else
            f"{t.get('truncated_pairs', 0):,} pairs longer than --max-seq-length were truncated, as Google's script "
            "truncates them")
-    fixes = ([] if config.get("sentence_split") else
+    # (--sentence-split is for text files: the other formats split their paragraphs already)
+    text_read = any(i.get("format", "text") == "text" for i in manifest.get("inputs", [{}]))
+    fixes = ([] if config.get("sentence_split") or not text_read else
              ["if the text holds a paragraph per line, --sentence-split splits lines into sentences"])
     fixes.append(f"a larger --max-seq-length (now {config.get('max_seq_length')}) keeps more")
     return f"{how}; " + ", or ".join(fixes)
