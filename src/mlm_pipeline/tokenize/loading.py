@@ -37,6 +37,7 @@ from mlm_pipeline.tokenize.google_rules import (
     read_google_vocab,
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
+from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
 from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
 
 log = logging.getLogger("mlm_pipeline")
@@ -49,45 +50,6 @@ _SPECIALS = {
     "pad": ("[PAD]", "<pad>"),
     "unk": ("[UNK]", "<unk>"),
 }
-
-
-WHAT_A_TOKENIZER_IS = (
-    "a tokenizer is a WordPiece vocab.txt (one token per line, with [CLS], [SEP], [MASK] and [UNK]), a "
-    "tokenizer.json, a SentencePiece .model, a model directory holding one of them, or a hub model name such as "
-    "bert-base-uncased"
-)
-"""Said with every error about a file that is no tokenizer (the library's own words name no fix)."""
-
-
-def _not_a_vocab(path: str) -> str:
-    """What a file given as a WordPiece vocab.txt is instead, from its first lines."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64 * 1024)
-    except OSError as exc:
-        return f"cannot read {path} ({exc})"
-    lines = [ln.strip() for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()]
-    wordy = sum(1 for ln in lines if len(ln.split()) > 1)
-    if lines and wordy > 0.1 * len(lines):
-        return f"{path} looks like text ({wordy} of its first {len(lines)} lines hold several words), not a vocabulary"
-    present = set(lines)
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]", "[UNK]") if t not in present]
-    if missing and not {"<s>", "</s>"} & present:
-        return f"{path} is no BERT vocabulary: it has no line {', '.join(missing)}"
-    return f"{path} is not a WordPiece vocabulary HF can load"
-
-
-def _not_a_tokenizer_json(path: str, exc: Exception) -> str:
-    """What a ``.json`` file given as a tokenizer is instead: invalid JSON, or JSON of another kind."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        return f"{path} is not a tokenizer.json: not valid JSON ({err})"
-    if not isinstance(doc, dict) or "model" not in doc:
-        keys = ", ".join(list(doc)[:5]) if isinstance(doc, dict) else type(doc).__name__
-        return (f"{path} is JSON but not a tokenizer.json (it holds {keys or 'nothing'}; a tokenizer.json holds "
-                "'model', 'normalizer', 'pre_tokenizer', ...)")
-    return f"cannot load tokenizer.json {path}: {exc}"
 
 
 def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
@@ -121,7 +83,7 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
         try:
             tok = Tokenizer.from_file(str(p))
         except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
-            raise TokenizerError(f"{_not_a_tokenizer_json(path, exc)}; {WHAT_A_TOKENIZER_IS}") from exc
+            raise TokenizerError(f"{not_a_tokenizer_json(path, exc)}; {WHAT_A_TOKENIZER_IS}") from exc
         if flavor == "electra":
             if type(tok.model).__name__ != "WordPiece":
                 raise TokenizerError(
@@ -138,11 +100,11 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
         try:
             return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents, "wordpiece-vocab")
         except TokenizerError as exc:  # (no [UNK]: say what the file is)
-            raise TokenizerError(f"{exc}: {_not_a_vocab(path)}; {WHAT_A_TOKENIZER_IS}") from exc
+            raise TokenizerError(f"{exc}: {not_a_vocab(path)}; {WHAT_A_TOKENIZER_IS}") from exc
     try:
         tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case, strip_accents=strip_accents)._tokenizer
     except Exception as exc:  # HF's words: "sep_token not found in the vocabulary"
-        raise TokenizerError(f"cannot load {path} as a WordPiece vocab: {_not_a_vocab(path)}; "
+        raise TokenizerError(f"cannot load {path} as a WordPiece vocab: {not_a_vocab(path)}; "
                              f"{WHAT_A_TOKENIZER_IS}") from exc
     return tok, "wordpiece-vocab", None
 
@@ -356,7 +318,7 @@ class TextTokenizer:
                     break
         missing = [r for r in ("cls", "sep", "mask") if r not in ids]
         if missing:
-            what = f"; {_not_a_vocab(local)}" if kind == "wordpiece-vocab" else ""
+            what = f"; {not_a_vocab(local)}" if kind == "wordpiece-vocab" else ""
             raise TokenizerError(
                 f"tokenizer {path} has no token for {', '.join(missing)} "
                 f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])}){what}; {WHAT_A_TOKENIZER_IS}"
