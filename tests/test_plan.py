@@ -277,6 +277,35 @@ def test_a_glob_skips_and_warns_about_a_vocabulary_and_a_binary_file(tmp_path, c
         plan_tasks(config([str(corpus / "vocab.txt")]))
 
 
+def test_a_multistream_index_alone_is_skipped_and_beside_its_dump_read_with_it(tmp_path, caplog):
+    """A dump's multistream index named alone (compressed or not) is not read as 206 "sentences"
+    of offset:page_id:title; named with its dump (a directory) it is the dump's side file."""
+    import bz2
+    import logging
+    import shutil
+
+    wiki = VOCAB.parents[1] / "tests" / "data" / "wiki"
+    index = wiki / "enwiki-shortened-pages-articles-multistream-index.txt.bz2"
+    plain = tmp_path / "lines.txt"  # the same lines under another name, uncompressed
+    plain.write_bytes(bz2.decompress(index.read_bytes()))
+    for path in (index, plain):
+        with pytest.raises(InputError, match=r"every input file was skipped: .* \(looks like a Wikipedia multistream "
+                                             r"index .* give the dump beside it"):
+            plan_tasks(config([str(path)]))
+    with caplog.at_level(logging.WARNING, logger="mlm_pipeline"):
+        plan = plan_tasks(config([str(index), str(SAMPLE_TEXT)]))
+    assert [f["path"] for f in plan.files] == [str(SAMPLE_TEXT)]
+    assert [(s["path"], s["reason"]) for s in plan.skipped_files] == [(str(index), "wiki_index")]
+    assert "skipping " + str(index) + " (wiki_index)" in caplog.text
+    folder = tmp_path / "dump"
+    folder.mkdir()
+    for name in (index.name, "enwiki-shortened-pages-articles-multistream.xml.bz2"):
+        shutil.copy(wiki / name, folder / name)
+    plan = plan_tasks(config([str(folder)]))
+    assert [f["format"] for f in plan.files] == ["wikidump"]
+    assert [(s["path"], s["reason"]) for s in plan.skipped_files] == [(str(folder / index.name), "side_file")]
+
+
 def test_hidden_files_and_directories_are_not_inputs(tmp_path):
     """A corpus directory that is a git checkout: .git/ and the like are not training text."""
     corpus = tmp_path / "corpus"

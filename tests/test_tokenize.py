@@ -212,3 +212,30 @@ def test_do_lower_case_given_with_a_tokenizer_json_is_said_to_have_no_effect(tmp
         assert "no effect" not in caplog.text
         start_run(PrepareConfig(output=str(tmp_path / "given"), do_lower_case=False, **settings))
     assert "--do-lower-case/--no-do-lower-case has no effect" in caplog.text
+
+
+@pytest.mark.parametrize("flavor", ["bert", "electra"])
+def test_a_file_that_is_no_tokenizer_is_named_with_what_a_tokenizer_is(tmp_path, flavor):
+    """A text file given as the vocab said HF's "sep_token not found in the vocabulary"; a valid
+    JSON file that is no tokenizer (a vocab report) a JSON parse error. Both now say what the
+    file is and what a tokenizer must be."""
+    from mlm_pipeline.errors import TokenizerError
+
+    what = r"a tokenizer is a WordPiece vocab.txt \(one token per line, with \[CLS\], \[SEP\], \[MASK\] and \[UNK\]\)"
+    with pytest.raises(TokenizerError, match=rf"{SAMPLE_TEXT} looks like text \(\d+ of its first \d+ lines hold several "
+                                             rf"words\), not a vocabulary; {what}"):
+        TextTokenizer(str(SAMPLE_TEXT), flavor=flavor)
+    report = tmp_path / "vocab-report.json"
+    report.write_text('{"vocab_size": 8000, "unk_rate": 0.01, "top_unknown": []}\n')
+    with pytest.raises(TokenizerError, match=rf"{report} is JSON but not a tokenizer.json \(it holds vocab_size, "
+                                             rf"unk_rate, top_unknown; .*\); {what}"):
+        TextTokenizer(str(report), flavor=flavor)
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text('{"model": ')
+    with pytest.raises(TokenizerError, match=rf"{broken} is not a tokenizer.json: not valid JSON"):
+        TextTokenizer(str(broken), flavor=flavor)
+    words = tmp_path / "vocab.txt"  # one token per line but no BERT specials
+    words.write_text("\n".join(["the", "a", "cat", "##s"]) + "\n")
+    with pytest.raises(TokenizerError, match=rf"{words} is no BERT vocabulary: it has no line \[CLS\], \[SEP\], "
+                                             rf"\[MASK\], \[UNK\]; {what}"):
+        TextTokenizer(str(words), flavor=flavor)

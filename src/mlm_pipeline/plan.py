@@ -219,8 +219,8 @@ def usable_inputs(
     urls: list[str], input_format: str, options: ReadOptions, *, sizes: dict[str, int] | None = None
 ) -> tuple[list[_Input], list[dict]]:
     """The inputs to read, and the skipped ones with their reason: ``empty_file``, ``binary``
-    (the format's binary check), ``vocabulary`` (a tokenizer's vocab.txt under a text format) or
-    ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing)
+    (the format's binary check), ``vocabulary`` (a tokenizer's vocab.txt under a text format),
+    ``wiki_index`` (a Wikipedia multistream index under a text format) or ``side_file`` (read by another input, such as a dump's index). ``sizes`` (from the listing)
     spares a metadata request per file.
 
     Remote inputs are sniffed ``SNIFF_THREADS`` at a time; the result, and the error raised for
@@ -241,6 +241,8 @@ def usable_inputs(
     usable = [f for f in sniffed if isinstance(f, _Input)]
     skipped = [f for f in sniffed if isinstance(f, dict)]
     read_by = {side: f.url for f in usable for side in f.side_files}
+    skipped = [{"path": f["path"], "reason": "side_file", "detail": f"read with {read_by[f['path']]}"}
+               if f["path"] in read_by else f for f in skipped]  # (a dump's index, found beside it)
     for f in usable:
         if f.url in read_by:
             skipped.append({"path": f.url, "reason": "side_file", "detail": f"read with {read_by[f.url]}"})
@@ -271,6 +273,9 @@ def _sniff(url: str, size: int | None, input_format: str, options: ReadOptions) 
         reason = sample.vocabulary_reason()
         if reason:
             return {"path": url, "reason": "vocabulary", "detail": reason}
+        reason = sample.wiki_index_reason()
+        if reason:
+            return {"path": url, "reason": "wiki_index", "detail": reason}
         # (with --sentence-split, lines read as sentences are the user's choice: no hints)
         if not options.sentence_split:
             paragraphs, wikitext_like = sample.paragraph_lines(), looks_like_wikitext(sample.first_line())

@@ -30,6 +30,7 @@ class ReadStats:
     documents_cut: int = 0  # cuts of documents longer than --block-size into parts (at line ends)
     pages_cut: int = 0  # Wikipedia dump pages longer than the page cap, read up to it
     trailing_bytes_ignored: int = 0  # bytes after a bz2 dump's last stream that are not bz2 data
+    unknown_marked: int = 0  # words the input itself marks unknown (WikiText's <unk>), read as the unknown token
 
     def count_document(self, sentences: list[str], replaced: bool) -> bool:
         """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
@@ -58,6 +59,7 @@ class ReadStats:
             **({"documents_cut": self.documents_cut} if self.documents_cut else {}),
             **({"pages_cut": self.pages_cut} if self.pages_cut else {}),
             **({"trailing_bytes_ignored": self.trailing_bytes_ignored} if self.trailing_bytes_ignored else {}),
+            **({"unknown_marked": self.unknown_marked} if self.unknown_marked else {}),
         }
 
 

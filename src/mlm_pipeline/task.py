@@ -12,6 +12,7 @@ marker is redone from scratch on resume, and its shards are rewritten identicall
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections import Counter
 from typing import Callable
 
@@ -43,11 +44,14 @@ def text_bytes(sentences: list[str]) -> int:
 
 
 def tokenize_documents(
-    documents: list[list[str]], tok: TextTokenizer, stats: ReadStats
+    documents: list[list[str]], tok: TextTokenizer, stats: ReadStats, unknown: _UnknownWords | None = None
 ) -> TokenizedDocs:
-    """One batched tokenizer call for a block; drops sentences and documents that yield no token."""
+    """One batched tokenizer call for a block; drops sentences and documents that yield no token.
+    ``unknown``: where the words that became the unknown token are counted."""
     sentences = [s for doc in documents for s in doc]
     ids, lens = tok.encode_batch(sentences)
+    if unknown is not None:
+        unknown.collect(sentences, ids, lens, tok)
     doc_of_sentence = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
     keep = lens > 0
     doc_sentences = np.bincount(doc_of_sentence[keep], minlength=len(documents))
@@ -56,6 +60,42 @@ def tokenize_documents(
         stats.skip("no_tokens", empty_docs)
         stats.documents_read -= empty_docs
     return TokenizedDocs(ids=ids, sentence_lengths=lens[keep], doc_sentences=doc_sentences[doc_sentences > 0])
+
+
+UNKNOWN_WORD_TEXTS = 200
+"""Sentences holding an unknown token whose words a task looks up (the first ones): the top
+unknown words come from this sample, encoded again by HF with offsets (0.13 ms a sentence of
+WikiText), so a text full of [UNK] costs a task at most about 30 ms more, not a second
+tokenization of all its text."""
+UNKNOWN_SHARE_SOUGHT = 0.005
+"""Blocks whose tokens are at least this share unknown are searched for their unknown words (half
+the share the report warns at): text a vocabulary fits costs one comparison of its ids."""
+TOP_UNKNOWN_WORDS = 50
+"""Words that became the unknown token that a task records (``unknown_words``), most frequent first."""
+
+
+class _UnknownWords:
+    """Which words became the unknown token: counted in a bounded sample of a task's sentences
+    (``UNKNOWN_WORD_TEXTS``), only in sentences whose ids hold the unknown id, of blocks with a
+    notable share of them (``UNKNOWN_SHARE_SOUGHT``)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+        self.left = UNKNOWN_WORD_TEXTS
+
+    def collect(self, sentences: list[str], ids: np.ndarray, lens: np.ndarray, tok: TextTokenizer) -> None:
+        if tok.unk_id is None or self.left <= 0:
+            return
+        at = np.flatnonzero(ids == tok.unk_id)
+        if len(at) < UNKNOWN_SHARE_SOUGHT * len(ids) or not len(at):
+            return
+        which = np.unique(np.searchsorted(np.cumsum(lens), at, side="right"))[: self.left]
+        self.left -= len(which)
+        self.counts.update(tok.unknown_words([sentences[i] for i in which]))
+
+    def to_dict(self) -> dict:
+        top = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_UNKNOWN_WORDS]
+        return {"unknown_words": dict(top)} if top else {}
 
 
 TOP_TOKENS = 500
@@ -85,6 +125,7 @@ class _BlockStats:
         self.masked_hist: Counter = Counter()
         self.token_counts: np.ndarray | None = None  # per token id, the input tokens (default mode)
         self.unk_tokens = 0
+        self.unknown = _UnknownWords()
 
     def count_tokens(self, ids: np.ndarray, tok: TextTokenizer) -> None:
         """Count the input tokens of a block by id (one ``bincount``) and its unknown tokens."""
@@ -102,7 +143,8 @@ class _BlockStats:
         top = top[counts[top] > 0]
         names = tok.convert_ids_to_tokens(top)
         return {"unk_tokens": self.unk_tokens,
-                "top_token_counts": {name: int(counts[i]) for name, i in zip(names, top)}}
+                "top_token_counts": {name: int(counts[i]) for name, i in zip(names, top)},
+                **self.unknown.to_dict()}
 
     def add(self, batch: InstanceBatch, pair: dict, mask: dict, tokens: int) -> None:
         self.pairs.update(pair)
@@ -158,7 +200,7 @@ def _process_block(
     """Tokenize a block, build its instances with the configured objective, mask, write."""
     if block_index == 0:  # the fast backend must agree with HF on this task's own text too
         tok.check_block(first_texts(documents, check_budget(task.input_bytes)), f"task {task.task_id}")
-    docs = tokenize_documents(documents, tok, read_stats)
+    docs = tokenize_documents(documents, tok, read_stats, block_stats.unknown)
     block_stats.count_tokens(docs.ids, tok)
     if len(docs.doc_sentences) == 0:
         return
@@ -207,7 +249,7 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     tok = load_tokenizer(config.tokenizer, config.do_lower_case, config.tokenizer_flavor,
                          backend=config.tokenizer_backend)
     tok.begin_task()  # a fallback of an earlier task in this process does not carry over
-    options = ReadOptions.from_config(config)
+    options = replace(ReadOptions.from_config(config), unknown_text=tok.unknown_text() or "")
     read_stats = ReadStats()
     block_stats = _BlockStats()
     # ELECTRA's layout (three features) has no masked-LM slots at all

@@ -80,8 +80,12 @@ def test_train_cli_user_errors(short_out, tmp_path):
     runner = CliRunner()
     bad = runner.invoke(app, ["train", short_out, "--hidden", "30", "--heads", "4", "-o", str(tmp_path)])
     assert bad.exit_code == 2 and "multiple of heads" in bad.output
-    missing = runner.invoke(app, ["train", str(tmp_path / "nothing"), "-o", str(tmp_path)])
-    assert missing.exit_code == 2 and "no manifest.json" in missing.output
+    missing = runner.invoke(app, ["train", str(tmp_path / "nothing"), "-o", str(tmp_path / "model")])
+    assert missing.exit_code == 2 and f"{tmp_path / 'nothing'}: no such directory" in missing.output
+    assert "manifest" not in missing.output
+    (tmp_path / "empty").mkdir()
+    empty = runner.invoke(app, ["train", str(tmp_path / "empty"), "-o", str(tmp_path / "model")])
+    assert empty.exit_code == 2 and "no manifest.json in" in empty.output
     # short_out holds static masks: whole words need load-time masking, said in the command's flags
     words = runner.invoke(app, ["train", short_out, "--whole-word-mask", "-o", str(tmp_path)],
                           env={"COLUMNS": "240"})

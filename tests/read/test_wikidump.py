@@ -170,6 +170,46 @@ def test_index_of_another_dump_is_refused():
         split_dump(str(SINGLE), 100_000, index_url=str(MULTI_INDEX))
 
 
+def _index_edited(tmp_path, edit) -> Path:
+    lines = bz2.decompress(MULTI_INDEX.read_bytes()).decode().splitlines()
+    path = tmp_path / "edited-multistream-index.txt.bz2"
+    path.write_bytes(bz2.compress(("\n".join(edit(*ln.split(":", 2)) for ln in lines) + "\n").encode()))
+    return path
+
+
+@pytest.mark.parametrize("target", [10**9, 400_000])
+def test_a_wrong_index_is_refused_at_planning_even_for_one_task(tmp_path, target):
+    """Another dump's index (the table excerpt's, whose streams are elsewhere), one with shifted
+    offsets, and one whose offsets are stream starts but whose pages are another dump's: each is
+    refused naming the index and what is wrong, also when the dump is one task (no cut to check:
+    it was taken silently, the whole dump read by one worker)."""
+    other = str(TABLES_MULTI.with_name("enwiki-table-markup-multistream-index.txt.bz2"))
+    with pytest.raises(InputError, match=rf"{other}: its stream offset 190 is not the start of a bz2 stream in .*"
+                                         r"another dump's; give the dump's own index"):
+        split_dump(str(MULTI), target, index_url=other)
+    shifted = _index_edited(tmp_path, lambda o, i, t: f"{int(o) + 5}:{i}:{t}")
+    with pytest.raises(InputError, match=rf"{shifted}: its stream offset \d+ is not the start of a bz2 stream"):
+        split_dump(str(MULTI), target, index_url=str(shifted))
+    renumbered = _index_edited(tmp_path, lambda o, i, t: f"{o}:{int(i) + 1000}:{t}")
+    with pytest.raises(InputError, match=rf"{renumbered}: lists page 1010 first in the stream at byte 638 of "
+                                         rf"{MULTI}, but that stream starts with page 10: the index of another dump"):
+        split_dump(str(MULTI), target, index_url=str(renumbered))
+    past = _index_edited(tmp_path, lambda o, i, t: f"{int(o) + 10**7}:{i}:{t}")
+    with pytest.raises(InputError, match=r"its first stream offset 10000638 lies past the end of"):
+        split_dump(str(MULTI), target, index_url=str(past))
+    assert len(split_dump(str(MULTI), target, index_url=str(MULTI_INDEX))) == (1 if target == 10**9 else 4)
+
+
+def test_a_wrong_index_makes_prepare_exit_2_naming_it(tmp_path):
+    other = TABLES_MULTI.with_name("enwiki-table-markup-multistream-index.txt.bz2")
+    proc = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", "prepare", str(MULTI), "--wiki-index", str(other),
+                           "-o", str(tmp_path / "out"), "-t", str(Path(__file__).resolve().parents[2] / "sample" /
+                                                                  "bert-base-uncased-vocab.txt")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{other}: its stream offset 190 is not the start of a bz2 stream" in proc.stderr
+
+
 @pytest.mark.parametrize("target", [10**9, 250_000, 77_777, 4099])
 def test_plain_xml_pieces_read_every_page_once(whole_sample, plain_xml, target):
     docs, stats, pieces = read_dump(plain_xml, target)

@@ -368,3 +368,38 @@ def test_tokens_lost_count_a_documents_own_tokens_only(tmp_path):
     lost, read = lost_tokens(manifest)
     assert manifest["totals"]["random_next"] == manifest["totals"]["instances"] == 40
     assert lost == read - a_tokens and 0 < lost < read
+
+
+def test_a_few_percent_unk_is_warned_about_with_the_words_read_as_unk(tmp_path, tok):
+    """English with a fifth of the bundled Chinese novel under an English vocab: about 6% [UNK],
+    which passed silently (the warning fired above 20%). Now warned, naming the words most often
+    read as [UNK], each one a word the vocab cannot spell; English alone is not warned about."""
+    from conftest import DATA
+    from mlm_pipeline.config import PrepareConfig
+    from mlm_pipeline.pipeline import run_prepare
+    from mlm_pipeline.report import report_data
+
+    novel = DATA / "hongloumeng-300KB.txt"
+    head = novel.read_bytes()[:80_000]
+    (tmp_path / "novel.txt").write_bytes(head[: head.rindex(b"\n") + 1])
+
+    def run(inputs, out):
+        return run_prepare(PrepareConfig(inputs=[str(p) for p in inputs], output=str(tmp_path / out), tokenizer=str(VOCAB),
+                                         objective="tokens", dupe_factor=1, split_bytes="256KB", workers=1,
+                                         progress=False), show_progress=False)
+
+    manifest = run([WIKITEXT, tmp_path / "novel.txt"], "mixed")
+    t = manifest["totals"]
+    assert 0.03 < t["unk_tokens"] / t["tokens"] < 0.2
+    words = t["unknown_words"]
+    assert len(words) >= 20 and sum(words.values()) <= t["unk_tokens"]
+    unk = tok.tokenizer.token_to_id("[UNK]")
+    for word in words:  # each a word of the input the vocab cannot spell
+        assert tok.encode_batch([word])[0].tolist() == [unk], word
+    assert max(words, key=words.get) == "了"  # the novel's most frequent unknown character
+    warned = [w for w in report_data(manifest)["warnings"] if "of the tokens are [UNK]" in w]
+    assert len(warned) == 1 and f"{t['unk_tokens'] / t['tokens']:.1%} of the tokens are [UNK]" in warned[0]
+    assert f"'了' {words['了']:,}" in warned[0]
+    english = run([WIKITEXT], "english")
+    assert not any("[UNK]" in w for w in report_data(english)["warnings"])
+    assert "unknown_words" not in english["totals"]  # (0.004%: no block searched for its words)

@@ -83,6 +83,11 @@ class InputSample:
         ``vocabulary_reason``)."""
         return vocabulary_reason(self.head(SNIFF_BYTES), SNIFF_BYTES, self.name)
 
+    def wiki_index_reason(self) -> str | None:
+        """A reason string if the file looks like a Wikipedia multistream index, else None (see
+        ``wiki_index_reason``)."""
+        return wiki_index_reason(self.head(SNIFF_BYTES), SNIFF_BYTES, self.name)
+
 
 def _first_line(head: bytes, asked: int) -> tuple[bytes, bool]:
     """The first non-blank line of ``head`` (the first ``asked`` bytes of a file, or all of a
@@ -162,6 +167,26 @@ def _reads_as_text(text: str) -> bool:
 
 
 _SPECIAL_TOKENS = {b"[PAD]", b"[UNK]", b"[CLS]", b"[SEP]", b"[MASK]", b"<pad>", b"<unk>", b"<s>", b"</s>", b"<mask>"}
+
+
+_INDEX_LINE = re.compile(rb"\d+:\d+:[^\n]*")
+
+
+def wiki_index_reason(head: bytes, asked: int, name: str = "") -> str | None:
+    """Why ``head`` (the first ``asked`` bytes of a file named ``name``) is a Wikipedia dump's
+    multistream index (``offset:page_id:title`` lines), not text: every line of the head is such
+    a line, and there are 20 of them or the name says ``index``. Read as text, each line was a
+    "sentence" of offsets and titles; the dump beside it is what to give (it reads its index)."""
+    lines = head.split(b"\n")
+    if len(head) == asked:  # the last line may be cut
+        lines = lines[:-1]
+    lines = [line.strip(b"\r") for line in lines if line.strip()]
+    if not lines or not all(_INDEX_LINE.fullmatch(line) for line in lines):
+        return None
+    if len(lines) < 20 and "index" not in name:
+        return None
+    return ("looks like a Wikipedia multistream index (offset:page_id:title lines), not text; give the dump "
+            "beside it (…-multistream.xml.bz2), which reads it, or name it with --wiki-index")
 
 
 def vocabulary_reason(head: bytes, asked: int, name: str = "") -> str | None:

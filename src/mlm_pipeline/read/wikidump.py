@@ -180,9 +180,11 @@ def split_dump(
         index_url = index_url or find_index(url)
         if index_url is not None:
             meta["kind"] = "multistream"
-            offsets = read_stream_offsets(index_url)
+            first_ids = read_stream_index(index_url)
+            offsets = list(first_ids)
             cuts = _stream_cuts(offsets, target_bytes)
-            _check_cuts(url, index_url, cuts, size, offsets[-1])
+            _check_cuts(url, index_url, size, offsets[-1])
+            check_index(url, index_url, first_ids, size, meta.get("encoding", "utf-8"), cuts)
         else:
             meta["kind"] = "bz2"
             cuts = list(range(target_bytes, size, target_bytes))
@@ -210,32 +212,90 @@ def _stream_cuts(offsets: list[int], target: int) -> list[int]:
     return cuts
 
 
-def _check_cuts(url: str, index_url: str, cuts: list[int], size: int, last: int) -> None:
-    """A bz2 stream header at the first and last cuts in the file: the index belongs to this
-    dump. A stream listed past the file's end (``last``): the dump is incomplete; the tasks
-    that read there fail, naming it."""
+def _check_cuts(url: str, index_url: str, size: int, last: int) -> None:
+    """A stream listed past the file's end (``last``): the dump is incomplete; the tasks that
+    read there fail, naming it (the index itself: ``check_index``)."""
     if last >= size:
         log.warning("%s ends at byte %d, but its index %s lists streams up to byte %d: the dump is incomplete "
                     "(a download not finished?); the tasks that read past its end fail until it is whole",
                     url, size, index_url, last)
-    cuts = [c for c in cuts if c < size]
+
+
+_STREAM_START = re.compile(rb"BZh[1-9]1AY&SY")  # a bz2 stream header, then its first block's magic
+_PAGE_ID = re.compile(rb"<page>.*?<id>(\d+)</id>", re.S)
+ID_CHECK_BYTES = 4 << 20
+"""At most this much of a stream is decompressed to find its first page id (a stream of 100
+pages: its first block holds the first page)."""
+
+
+def check_index(url: str, index_url: str, first_ids: dict[int, int], size: int, encoding: str,
+                cuts: list[int] = ()) -> None:
+    """Refuse a multistream index that is not this dump's, checking a few sampled streams (the
+    first, the middle one and the last within the file, and the first two and last ``cuts`` of
+    the plan; the other cuts are their tasks' to check): each offset must be a bz2 stream start
+    (``BZh`` and a block's magic) and the stream's first page id the one the index lists for it.
+    Without this another dump's index was taken silently (its streams made one task of a whole
+    dump, or tasks that fail far into the run)."""
+    offsets = list(first_ids)
+    inside = [o for o in offsets if o < size]
+    advice = (f"give the dump's own index (--wiki-index), or none (move {index_url} away) to have the "
+              "dump cut by compressed bytes")
+    if not inside:
+        raise InputError(f"{index_url}: its first stream offset {offsets[0]} lies past the end of {url} "
+                         f"({size} bytes): not this dump's multistream index; {advice}")
+    sampled = sorted({inside[0], inside[len(inside) // 2], inside[-1], *[c for c in (*cuts[:2], *cuts[-1:]) if c < size]})
     with _open(url) as f:
-        for offset in {*cuts[:2], *cuts[-1:]}:
+        for offset in sampled:
             f.seek(offset)
-            if not re.match(rb"BZh[1-9]", f.read(4)):
+            head = f.read(10)
+            if not _STREAM_START.match(head):
+                raise InputError(f"{index_url}: its stream offset {offset} is not the start of a bz2 stream in "
+                                 f"{url}: the index is damaged or another dump's; {advice}")
+        if encoding != "utf-8":
+            return  # (ids not sought in UTF-16 text)
+        for offset in (sampled[0], sampled[-1]):
+            found = _first_page_id(f, offset)
+            if found is not None and found != first_ids[offset]:
                 raise InputError(
-                    f"{index_url}: its stream offset {offset} is not the start of a bz2 stream "
-                    f"in {url}; is it the index of another dump?"
-                )
+                    f"{index_url}: lists page {first_ids[offset]} first in the stream at byte {offset} of {url}, "
+                    f"but that stream starts with page {found}: the index of another dump; {advice}")
 
 
-_INDEX_OFFSET = re.compile(rb"(?:^|\n)(\d+):")
+def _first_page_id(f: BinaryIO, offset: int) -> int | None:
+    """The id of the first page of the bz2 stream at ``offset`` (None: none found in its first
+    ``ID_CHECK_BYTES``, or the stream is damaged: the tasks say so)."""
+    f.seek(offset)
+    decompressor = bz2.BZ2Decompressor()
+    out = b""
+    read = 0
+    try:
+        while read < ID_CHECK_BYTES and not decompressor.eof:
+            chunk = f.read(64 * 1024)
+            if not chunk:
+                break
+            read += len(chunk)
+            out += decompressor.decompress(chunk)
+            found = _PAGE_ID.search(out)
+            if found:
+                return int(found.group(1))
+    except (OSError, EOFError):
+        return None
+    return None
+
+
+_INDEX_LINE = re.compile(rb"(?:^|\n)(\d+):(\d+):")
 
 
 def read_stream_offsets(index_url: str) -> list[int]:
     """The sorted stream offsets of a multistream index (``offset:page_id:title`` lines;
     ``.bz2``-compressed or plain text). Decompressed with ``indexed_bzip2`` on every core."""
-    offsets: dict[bytes, None] = {}  # (a stream's 100 lines repeat its offset: dedupe first)
+    return list(read_stream_index(index_url))
+
+
+def read_stream_index(index_url: str) -> dict[int, int]:
+    """Stream offset -> the page id its index lists first in that stream (the stream's first
+    page), in offset order: what ``check_index`` compares with the dump."""
+    offsets: dict[bytes, bytes] = {}  # (a stream's 100 lines repeat its offset: dedupe first)
     carry = b""
     with _open_index(index_url) as f:
         while True:
@@ -245,13 +305,16 @@ def read_stream_offsets(index_url: str) -> list[int]:
                 cut = len(data)
             else:
                 cut = data.rfind(b"\n") + 1
-            offsets.update(dict.fromkeys(_INDEX_OFFSET.findall(data, 0, cut)))
+            # the first line of each offset in this chunk (reversed: dict keeps the last value),
+            # then the ones not seen in earlier chunks
+            for offset, page in dict(reversed(_INDEX_LINE.findall(data, 0, cut))).items():
+                offsets.setdefault(offset, page)
             carry = data[cut:]
             if not chunk:
                 break
     if not offsets:
         raise InputError(f"{index_url}: no 'offset:page_id:title' line; not a multistream index")
-    return sorted(map(int, offsets))
+    return {int(o): int(offsets[o]) for o in sorted(offsets, key=int)}
 
 
 def _open_index(index_url: str):

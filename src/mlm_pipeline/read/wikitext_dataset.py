@@ -8,6 +8,12 @@ next-sentence pairs random-next; here an article runs from its title line to the
 headings are dropped, and its paragraphs are split into sentences by ``sentences.split_sentences``
 (as WikiExtractor articles are). Text before the first title of a file is an article of its own.
 
+The dataset's own debris is undone (``undo_debris``): its tokenization split hyphens, thousands
+separators and decimal points as `` @-@ ``, `` @,@ ``, `` @.@ `` (a tokenizer would read
+``@ - @``), and the ``.tokens`` files replace rare words by ``<unk>`` (a tokenizer would read
+``< un ##k >``, about 12% of all tokens, none counted as unknown): it becomes the run's
+tokenizer's unknown token (``ReadOptions.unknown_text``).
+
 Detected by the dataset's file names (``wiki.train.tokens``, ``wiki.valid.raw``, ...), not by
 content: other text may start with a line like a title. Which articles a byte range owns (those
 whose title line starts in it): see ``ranges.py``.
@@ -49,6 +55,24 @@ class WikiTextDatasetFormat(InputFormat):
         return segment_documents(_paragraph_docs(piece, options, stats), stats)
 
 
+_DEBRIS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."))
+
+
+def undo_debris(paragraph: str, unknown_text: str) -> str:
+    """A paragraph without WikiText's ``@-@``/``@,@``/``@.@`` splits, each ``<unk>`` replaced by
+    ``unknown_text`` (dropped when that is empty). Guarded ``str.replace`` passes: text without
+    the debris costs one scan per mark."""
+    for mark, joined in _DEBRIS:
+        if mark in paragraph:
+            paragraph = paragraph.replace(mark, joined)
+    if "<unk>" in paragraph:
+        if unknown_text:
+            paragraph = paragraph.replace("<unk>", unknown_text)
+        else:
+            paragraph = " ".join(paragraph.replace("<unk>", " ").split())
+    return paragraph
+
+
 def is_title(line: bytes) -> bool:
     return _TITLE.match(line) is not None
 
@@ -85,7 +109,11 @@ def _emit(taken, piece: Piece, options: ReadOptions, stats: ReadStats, owned: Ow
     found = document_paragraphs(taken, piece=piece, options=options, stats=stats, bom=owned.bom)
     if found is None:
         return
-    if found[0]:
-        yield found
+    paragraphs, replaced = found
+    if options.unknown_text:  # (counted: the report tells them from words the vocabulary lacks)
+        stats.unknown_marked += sum(p.count("<unk>") for p in paragraphs)
+    paragraphs = [p for p in (undo_debris(p, options.unknown_text) for p in paragraphs) if p]
+    if paragraphs:
+        yield paragraphs, replaced
     else:
         stats.skip("empty")

@@ -119,8 +119,13 @@ def _section(name: str, title: str, why_key: str | None, none_text: str, plots: 
 
 def _token_table(data: dict) -> str:
     """The top tokens as text too (the browser's fonts show every script; the plot's may not)."""
+    tokens = data["tokens"]
     rows = "".join(f"<tr><td><code>{_e(t['token'])}</code></td><td class='n'>{t['count']:,}</td>"
-                   f"<td class='n'>{_share(t['share'])}</td></tr>" for t in data["tokens"]["top_tokens"])
+                   f"<td class='n'>{_share(t['share'])}</td></tr>" for t in tokens["top_tokens"])
+    if "unk_rate" in tokens:  # (the rate, whether or not [UNK] is among the top tokens)
+        rate = "n/a" if tokens["unk_rate"] is None else f"{tokens['unk_rate']:.3%}"
+        rows += (f"<tr class='unk'><th>[UNK] rate</th><td class='n'>{tokens.get('unk_tokens', 0):,}</td>"
+                 f"<td class='n'>{rate}</td></tr>")
     return f"<table class='tokens'><tr><th>token</th><th>count</th><th>share</th></tr>{rows}</table>"
 
 

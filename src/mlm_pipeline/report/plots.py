@@ -111,14 +111,24 @@ def _tokens_per_instance(data: dict) -> Plot | None:
     return Plot("tokens_per_instance", "Tokens per instance", caption, _png(fig, "Tokens per instance"))
 
 
+def draw_masked_per_instance(ax, hist: dict) -> None:
+    """Instances by their count of masked positions: whole numbers on the axis (a run of few
+    counts got ticks at 19.5, 20.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.bar(list(hist), list(hist.values()), width=0.8, color=COLOR)
+    ax.set(xlabel="masked positions in the instance", ylabel="instances")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # (one count: its tick alone)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 def _masked_per_instance(data: dict) -> Plot | None:
     masking = data["masking"]
     hist = masking.get("masked_per_instance_histogram")
     if not hist:
         return None
     fig, ax = _figure()
-    ax.bar(list(hist), list(hist.values()), width=0.8, color=COLOR)
-    ax.set(xlabel="masked positions in the instance", ylabel="instances")
+    draw_masked_per_instance(ax, hist)
     caption = (f"mean {_fmt(masking.get('masked_per_instance_mean'), '.2f')} per instance; replaced by [MASK] "
                f"{_fmt(masking.get('as_mask_token'))}, random {_fmt(masking.get('as_random_token'))}, "
                f"kept {_fmt(masking.get('kept'))}")
@@ -141,6 +151,19 @@ def _random_next(data: dict) -> Plot | None:
     return Plot("random_next", "Random-next share", caption, _png(fig, "Random-next share"))
 
 
+def draw_timeline(ax, timed: list[dict]) -> None:
+    """A bar per task from its start to its end, a row each in plan order: the rows span the
+    axis (one task ran from -0.4 to 0.4 on it), labelled by task id when few."""
+    for y, t in enumerate(timed):
+        ax.broken_barh([(t["start_offset"], t["seconds"])], (y - 0.4, 0.8), color=COLOR)
+    ax.set(xlabel="seconds since the first task started", ylabel="task (plan order)", title="when each task ran")
+    ax.set_ylim(-0.5, len(timed) - 0.5)
+    if len(timed) <= 12:
+        ax.set_yticks(range(len(timed)), [t["task_id"] for t in timed], fontsize=7)
+    else:
+        ax.yaxis.get_major_locator().set_params(integer=True)
+
+
 def _task_throughput(data: dict) -> Plot | None:
     tasks = data["tasks"]
     if not tasks:
@@ -158,11 +181,7 @@ def _task_throughput(data: dict) -> Plot | None:
     else:
         left.bar(range(len(tasks)), speeds, color=COLOR)
         left.set(xlabel="task (plan order)", ylabel="MB of input per second", title="throughput")
-        for y, t in enumerate(timed):
-            right.broken_barh([(t["start_offset"], t["seconds"])], (y - 0.4, 0.8), color=COLOR)
-        right.set(xlabel="seconds since the first task started", ylabel="task (plan order)",
-                  title="when each task ran")
-        right.yaxis.get_major_locator().set_params(integer=True)
+        draw_timeline(right, timed)
         if len(names) <= 12:
             left.set_xticks(range(len(tasks)), names, rotation=90, fontsize=7)
     seconds = [t["seconds"] for t in tasks]
@@ -187,18 +206,38 @@ def _skips(data: dict) -> Plot | None:
     return Plot("skips", "Skips by reason", caption, _png(fig, "Skips by reason"))
 
 
+UNKNOWN_TOKENS = ("[UNK]", "<unk>")
+
+
+def unk_line(tokens: dict) -> str:
+    """The [UNK] rate in words, as the figure, its caption and the page's table say it."""
+    if "unk_rate" not in tokens:
+        return "[UNK] rate not recorded"
+    return (f"[UNK] rate {_fmt(tokens.get('unk_rate'), '.3%')} ({tokens.get('unk_tokens', 0):,} of "
+            f"{tokens.get('tokens', 0):,} tokens)")
+
+
+def draw_top_tokens(ax, tokens: dict) -> str:
+    """The most frequent tokens, the unknown token's bar in the accent colour, and the [UNK]
+    rate in the figure itself (a PNG of ``--png`` has no caption); returns that rate's line."""
+    top = tokens["top_tokens"]
+    colors = [ACCENT if t["token"] in UNKNOWN_TOKENS else COLOR for t in top]
+    ax.barh(range(len(top)), [t["count"] for t in top], color=colors)
+    ax.set_yticks(range(len(top)), [token_label(t["token"]) for t in top], fontsize=8, fontfamily=_fonts()[0])
+    ax.invert_yaxis()
+    ax.set(xlabel="occurrences in the input")
+    unk = unk_line(tokens)
+    ax.set_title(unk, fontsize=9, color=ACCENT if "unk_rate" in tokens else None)
+    return unk
+
+
 def _top_tokens(data: dict) -> Plot | None:
     tokens = data["tokens"]
     top = tokens.get("top_tokens")
     if not top:
         return None
-    fig, ax = _figure(height=0.22 * len(top) + 1.0)
-    ax.barh(range(len(top)), [t["count"] for t in top], color=COLOR)
-    ax.set_yticks(range(len(top)), [token_label(t["token"]) for t in top], fontsize=8, fontfamily=_fonts()[0])
-    ax.invert_yaxis()
-    ax.set(xlabel="occurrences in the input")
-    unk = f"[UNK] rate {_fmt(tokens.get('unk_rate'), '.3%')} ({tokens.get('unk_tokens', 0):,} of " \
-          f"{tokens.get('tokens', 0):,} tokens)" if "unk_rate" in tokens else "[UNK] rate not recorded"
+    fig, ax = _figure(height=0.22 * len(top) + 1.3)
+    unk = draw_top_tokens(ax, tokens)
     return Plot("top_tokens", "Top tokens and [UNK] rate", f"{unk}; {tokens.get('top_tokens_note', '')}", _png(fig, "Top tokens and [UNK] rate"))
 
 
@@ -212,4 +251,5 @@ def make_plots(data: dict) -> list[Plot]:
     return [p for p in (make(data) for make in PLOTS) if p is not None]
 
 
-__all__ = ["PLOTS", "Plot", "make_plots", "token_label"]
+__all__ = ["PLOTS", "Plot", "draw_masked_per_instance", "draw_timeline", "draw_top_tokens", "make_plots",
+           "token_label", "unk_line"]

@@ -23,9 +23,11 @@ def _hist_lines(hist: dict, *, bins: int = 8, width: int = 40) -> list[str]:
         buckets[b] = buckets.get(b, 0) + v
     top = max(buckets.values()) or 1  # (every count 0: a hand-made manifest)
     total = sum(buckets.values()) or 1
+    # every bin from the lowest to the highest, an empty one as a row of 0 (a gap was hidden)
     return [
-        f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * max(1, round(width * v / top)):<{width}} {v:>9,} ({v / total:5.1%})"
-        for b, v in sorted(buckets.items())
+        f"    {b:>5}-{min(b + step - 1, hi):<5} {'#' * (max(1, round(width * v / top)) if v else 0):<{width}} "
+        f"{v:>9,} ({v / total:5.1%})"
+        for b, v in ((b, buckets.get(b, 0)) for b in range(lo, hi + 1, step))
     ]
 
 
@@ -165,5 +167,6 @@ def _token_lines(t: dict, manifest: dict) -> list[str]:
         return [f"  [UNK] tokens, most frequent tokens: {why}"]
     top = sorted(t.get("top_token_counts", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_TOKENS]
     unk, tokens = t["unk_tokens"], t.get("tokens", 0)
-    return [f"  [UNK] tokens {unk:,} ({f'{unk / tokens:.3%}' if tokens else 'n/a'} of the tokens)",
+    marked = f"; {t['unknown_marked']:,} of them marked unknown in the input" if t.get("unknown_marked") else ""
+    return [f"  [UNK] tokens {unk:,} ({f'{unk / tokens:.3%}' if tokens else 'n/a'} of the tokens{marked})",
             "  most frequent tokens: " + (", ".join(f"{k} {v:,}" for k, v in top) or "(none)")]

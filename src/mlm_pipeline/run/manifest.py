@@ -44,6 +44,9 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
     if "top_token_counts" in totals:
         ranked = sorted(totals["top_token_counts"].items(), key=lambda kv: (-kv[1], kv[0]))
         totals["top_token_counts"] = dict(ranked[:TOP_TOKENS_KEPT])
+    if "unknown_words" in totals:  # (each task's 50 most frequent, summed: the run's 100 first)
+        ranked = sorted(totals["unknown_words"].items(), key=lambda kv: (-kv[1], kv[0]))
+        totals["unknown_words"] = dict(ranked[:100])
     totals["shards"] = len(shards)
     totals["bytes_written"] = sum(s["bytes"] for s in shards)
     totals["files_skipped"] = {}

@@ -37,6 +37,7 @@ from mlm_pipeline.tokenize.google_rules import (
     read_google_vocab,
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
+from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
 from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
 
 log = logging.getLogger("mlm_pipeline")
@@ -82,7 +83,7 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
         try:
             tok = Tokenizer.from_file(str(p))
         except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
-            raise TokenizerError(f"cannot load tokenizer.json {path}: {exc}") from exc
+            raise TokenizerError(f"{not_a_tokenizer_json(path, exc)}; {WHAT_A_TOKENIZER_IS}") from exc
         if flavor == "electra":
             if type(tok.model).__name__ != "WordPiece":
                 raise TokenizerError(
@@ -96,11 +97,15 @@ def _resolve(path: str, do_lower_case: bool, flavor: str = "bert",
             return _electra(tok.get_vocab(with_added_tokens=False), do_lower_case, strip_accents, "tokenizer.json")
         return tok, "tokenizer.json", None
     if flavor == "electra":
-        return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents, "wordpiece-vocab")
+        try:
+            return _electra(read_google_vocab(str(p)), do_lower_case, strip_accents, "wordpiece-vocab")
+        except TokenizerError as exc:  # (no [UNK]: say what the file is)
+            raise TokenizerError(f"{exc}: {not_a_vocab(path)}; {WHAT_A_TOKENIZER_IS}") from exc
     try:
         tok = BertWordPieceTokenizer(str(p), lowercase=do_lower_case, strip_accents=strip_accents)._tokenizer
-    except Exception as exc:
-        raise TokenizerError(f"cannot load WordPiece vocab {path}: {exc}") from exc
+    except Exception as exc:  # HF's words: "sep_token not found in the vocabulary"
+        raise TokenizerError(f"cannot load {path} as a WordPiece vocab: {not_a_vocab(path)}; "
+                             f"{WHAT_A_TOKENIZER_IS}") from exc
     return tok, "wordpiece-vocab", None
 
 
@@ -313,9 +318,10 @@ class TextTokenizer:
                     break
         missing = [r for r in ("cls", "sep", "mask") if r not in ids]
         if missing:
+            what = f"; {not_a_vocab(local)}" if kind == "wordpiece-vocab" else ""
             raise TokenizerError(
                 f"tokenizer {path} has no token for {', '.join(missing)} "
-                f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])})"
+                f"(looked for {', '.join(n for r in missing for n in _SPECIALS[r])}){what}; {WHAT_A_TOKENIZER_IS}"
             )
         unk = getattr(tok.model, "unk_token", None) if isinstance(tok.model, models.WordPiece) else None
         # a WordPiece vocabulary without its unknown token: the first word it cannot spell fails
@@ -424,6 +430,40 @@ class TextTokenizer:
         """Compare the backend with the reference (HF, or the sentencepiece library) on real input;
         on a difference use the reference for the rest of the task."""
         self.checked.check_block(self._preprocess(texts), where)
+
+    def unknown_text(self) -> str | None:
+        """Text that encodes to the unknown token, for a reader to write where its input marks a
+        word as unknown (WikiText's ``<unk>``): the unknown token's own string where the tokenizer
+        matches it as a special token (HF's BERT normalization), else a symbol no vocabulary
+        spells (ELECTRA's rules split ``[UNK]`` into pieces and drop private-use characters); a
+        SentencePiece model may put its word-start piece before it, as for any unknown word.
+        None when none encodes so (a byte-level BPE has no unknown token)."""
+        if self.unk_id is None:
+            return None
+        for text in (self.convert_ids_to_tokens([self.unk_id])[0], "\u2370", "\U0002a6d6"):
+            ids = self.encode_batch([text])[0].tolist()
+            if ids == [self.unk_id] or (len(ids) == 2 and ids[1] == self.unk_id
+                                        and self.convert_ids_to_tokens(ids[:1])[0] in ("\u2581", "\u0120")):
+                return text
+        return None
+
+    def unknown_words(self, texts: list[str]) -> list[str]:
+        """The words of ``texts`` that encode to the unknown token, one per unknown token, as
+        the tokenizer saw them (after its Python-side rules): spans of HF's offsets; without an
+        HF tokenizer (a BPE SentencePiece model), the whitespace words that encode to it. For
+        the report (which words a vocabulary lacks), not the hot path: a run asks for a sample."""
+        unk = self.unk_id
+        if unk is None or not texts:
+            return []
+        texts = self._preprocess(texts)
+        words: list[str] = []
+        if self.tokenizer is not None:
+            for text, enc in zip(texts, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
+                words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
+            return words
+        for text in texts:
+            words.extend(w for w in text.split() if unk in self.checked.encode_batch([w])[0])
+        return words
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:

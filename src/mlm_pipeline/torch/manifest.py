@@ -129,6 +129,8 @@ def load_prepared(url: str) -> PreparedOutput:
     try:
         manifest = json.loads(fs.read_bytes(manifest_url))
     except FileNotFoundError:
+        if not fs.exists(url):  # (said first: "no manifest.json in" a directory that is not there misled)
+            raise ValueError(f"{url}: no such directory (expected the output directory of a prepare run)") from None
         raise ValueError(f"no manifest.json in {url}: not a prepared output, or its run is not complete") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"cannot parse {manifest_url}: {exc}") from exc
