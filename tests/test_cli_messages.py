@@ -390,3 +390,21 @@ def test_a_url_with_credentials_is_refused_and_never_echoed(tmp_path):
 
     assert redact_credentials(f"at s3://u:{secret}@b/x and http://k:p@ss@h:9/ and /a@b/c") == \
         "at s3://***@b/x and http://***@h:9/ and /a@b/c"
+
+
+def test_a_command_line_s_spelling_is_not_carried_into_the_next_in_one_process(tmp_path):
+    """The CLI run in-process twice (a notebook, a test runner): advice follows each command
+    line's own spelling, not the previous one's."""
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    runner = CliRunner()
+    google = runner.invoke(app, ["prepare", f"--input_file={SAMPLE_TEXT}", f"--output_file={tmp_path / 'g'}",
+                                 f"--vocab_file={VOCAB}", "--do_lower_case=False", "--no-progress"])
+    ours = runner.invoke(app, ["prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "o"), "-t", str(VOCAB),
+                               "--no-do-lower-case", "--no-progress"])
+    assert google.exit_code == 0 and ours.exit_code == 0, (google.output, ours.output)
+    from mlm_pipeline.config import flag_for
+
+    assert flag_for("do_lower_case", False) == "--no-do-lower-case"

@@ -29,6 +29,7 @@ def native_args(args: list[str], settings: tuple[Setting, ...]) -> list[str]:
     ``--max_seq_length=128`` or ``--max_seq_length 128``, ``--do_lower_case[=True|False]`` and
     absl's ``--nodo_lower_case``, ``--input_file=a.txt,b*.txt`` (a comma list of paths or globs)."""
     google = {s.google: s for s in settings if s.google}
+    note_google_spelling(None)
     out: list[str] = []
     rest = iter(args)
     for arg in rest:

@@ -526,8 +526,13 @@ _GOOGLE_SPELLED: set[str] = set()
 messages name a flag as the user wrote it."""
 
 
-def note_google_spelling(name: str) -> None:
-    _GOOGLE_SPELLED.add(name)
+def note_google_spelling(name: str | None) -> None:
+    """Note that this command line gave setting ``name`` by Google's name; None: a new command line
+    starts (an earlier one's spellings, in the same process, are forgotten)."""
+    if name is None:
+        _GOOGLE_SPELLED.clear()
+    else:
+        _GOOGLE_SPELLED.add(name)
 
 
 def flag_for(name: str, value: Any = None, model: type[BaseModel] | None = None) -> str:
