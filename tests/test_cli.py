@@ -405,7 +405,8 @@ def test_only_blank_inputs_exit_2_like_only_empty_ones(tmp_path):
 def test_a_vocabulary_that_does_not_fit_the_text_is_warned_about(tmp_path):
     zh = REPO / "tests" / "data" / "hongloumeng-300KB.txt"
     got = cli("prepare", zh, "-o", tmp_path / "o", "-t", VOCAB, "--no-progress", "--split-size", "1MB")
-    assert "warning: 63% of the tokens are [UNK]: the vocabulary does not fit this text" in got.stdout
+    assert "warning: 62.5% of the tokens are [UNK]: the vocabulary does not fit this text" in got.stdout
+    assert "the words most often read as [UNK] (in a sample of each task's text): '了'" in got.stdout
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert manifest["totals"]["unk_tokens"] / manifest["totals"]["tokens"] > 0.6
 
