@@ -86,6 +86,7 @@ def test_train_cli_user_errors(short_out, tmp_path):
     (tmp_path / "empty").mkdir()
     empty = runner.invoke(app, ["train", str(tmp_path / "empty"), "-o", str(tmp_path / "model")])
     assert empty.exit_code == 2 and "no manifest.json in" in empty.output
+    assert not (tmp_path / "model").exists()  # a refused run makes no output directory (it made an empty one)
     # short_out holds static masks: whole words need load-time masking, said in the command's flags
     words = runner.invoke(app, ["train", short_out, "--whole-word-mask", "-o", str(tmp_path)],
                           env={"COLUMNS": "240"})

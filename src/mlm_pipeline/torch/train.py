@@ -292,8 +292,7 @@ def main(config: TrainConfig) -> dict:
     if config.threads:
         torch.set_num_threads(config.threads)
     configure_process()
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(config.output_dir)  # (made once the data is accepted: a refused run leaves no directory)
     resume_state = load_checkpoint(config.resume) if config.resume else None
     output_dir = OutputDir.of(config, resume_state.get("global_step", 0) if resume_state else None)
     if (refusal := output_dir.refusal(config)) is not None:
@@ -304,6 +303,7 @@ def main(config: TrainConfig) -> dict:
     if dataset.total == 0:
         raise ValueError(f"{config.data} holds no instances")
     _check_masking(config, dataset)
+    out.mkdir(parents=True, exist_ok=True)
     tok = dataset.prepared.tokenizer(config.tokenizer)
     collator = dataset.collator(masking=config.masking, tokenizer=tok, whole_word_mask=config.whole_word_mask,
                                 seed=config.seed,
