@@ -174,28 +174,29 @@ def test_dynamic_masking_of_unmasked_sop_shards_masks_albert_words_by_ngram(sop_
     assert words.mean() > 1.25 * _masked_runs(whole_words, boundary)[2].mean()
 
 
-def test_hf_albert_for_pretraining_takes_the_batches(sop_unmasked_parquet):
-    """The collator's batch is AlbertForPreTraining's arguments as they are (what HF's Trainer
-    passes): MLM + SOP loss, and a step lowers it."""
-    from transformers import AlbertConfig, AlbertForPreTraining
+def test_hf_trainer_trains_albert_for_pretraining_on_the_batches(sop_unmasked_parquet, tmp_path):
+    """The collator's batch is AlbertForPreTraining's arguments as they are (MLM + SOP loss), through
+    HF's Trainer: its loss falls over a few steps."""
+    pytest.importorskip("accelerate")
+    from transformers import AlbertConfig, AlbertForPreTraining, Trainer, TrainingArguments
 
-    ds = MLMDataset(sop_unmasked_parquet, shuffle=False)
-    collator = ds.collator(seed=0)
-    batch = collator(list(ds)[:32])
+    ds = MLMDataset(sop_unmasked_parquet, seed=0, shuffle_buffer=64, rank=0, world_size=1)
+    collator = ds.collator()
+    batch = collator(list(MLMDataset(sop_unmasked_parquet, shuffle=False))[:4])
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "sentence_order_label"}
     torch.manual_seed(0)
     model = AlbertForPreTraining(AlbertConfig(vocab_size=collator.vocab_size, embedding_size=16, hidden_size=32,
                                               num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                                               max_position_embeddings=128))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(5):
-        out = model(**batch)
-        assert out.sop_logits.shape == (32, 2)
-        losses.append(float(out.loss))
-        out.loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    assert losses[-1] < losses[0] - 0.3, losses
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=12, per_device_train_batch_size=16,
+                             learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+                             remove_unused_columns=False, accelerator_config={"dispatch_batches": False},
+                             dataloader_num_workers=0, disable_tqdm=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=collator)
+    trainer.train()
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    assert len(losses) == 12
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.3, losses
 
 
 @pytest.mark.parametrize("which", ["static", "dynamic"])
