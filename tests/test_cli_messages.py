@@ -253,11 +253,15 @@ def test_reference_mode_refuses_inputs_and_flags_it_would_ignore(tmp_path):
         assert message in got.stderr
 
 
-def test_whole_word_masking_without_masks_in_the_shards_says_where_it_belongs(tmp_path):
+def test_whole_word_masking_without_masks_in_the_shards_is_the_loaders(tmp_path):
+    """With --masking none the scheme is recorded and the loader masks with it: no warning that
+    it has no effect (the loader used to mask tokens, whatever the run asked for)."""
+    from mlm_pipeline.torch.manifest import load_prepared
+
     err = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "none", "-t", VOCAB, "--no-progress", "--masking", "none",
               "--do-whole-word-mask").stderr
-    assert "--do-whole-word-mask has no effect with --masking none: the shards hold no masks; mask whole words " \
-           "when loading them (dataset.collator(whole_word_mask=True))" in err
+    assert "has no effect" not in err
+    assert load_prepared(str(tmp_path / "none")).masking_scheme["masking_scheme"] == "whole-word"
     err = cli("prepare", SAMPLE_TEXT, "-o", tmp_path / "static", "-t", VOCAB, "--no-progress",
               "--do-whole-word-mask").stderr
     assert "--do-whole-word-mask" not in err

@@ -421,6 +421,8 @@ def train(
     layers: int = typer.Option(2, "--layers", help="Transformer layers."),
     hidden: int = typer.Option(128, "--hidden", help="Hidden size (the feed-forward size is 4x)."),
     heads: int = typer.Option(2, "--heads", help="Attention heads (must divide --hidden)."),
+    model: Literal["auto", "bert", "albert"] = typer.Option("auto", "--model", help="bert: BertForPreTraining (BertForMaskedLM without pair labels). albert: AlbertForPreTraining (masked LM + sentence-order prediction; AlbertForMaskedLM without pair labels). auto: albert for --objective sop shards, else bert."),
+    embedding_size: Optional[int] = typer.Option(None, "--embedding-size", help="ALBERT's factorized embedding size (default: a quarter of --hidden, at least 16)."),
     masking: Literal["auto", "static", "dynamic", "electra"] = typer.Option("auto", "--masking",
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
         "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
@@ -438,7 +440,7 @@ def train(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer (default: the one recorded in the manifest)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's choice; 1 on a shared machine)."),
 ) -> None:
-    """Train a tiny BERT (masked LM, plus NSP when the shards have it) on prepared shards, on CPU.
+    """Train a tiny BERT or ALBERT (masked LM, plus NSP or SOP when the shards have it) on prepared shards, on CPU.
 
     Needs the torch extra: pip install 'mlm-pipeline[torch]'. The MLM loss is computed at masked
     positions only. Example: mlm-pipeline train out/ --steps 300 --batch-size 32 -o runs/tiny
@@ -451,6 +453,7 @@ def train(
         _fail(f"training needs the torch extra (pip install 'mlm-pipeline[torch]'): {exc}")
     config = TrainConfig(
         data=data_dir, steps=steps, batch_size=batch_size, lr=lr, layers=layers, hidden=hidden, heads=heads,
+        model=model, embedding_size=embedding_size,
         masking=masking, whole_word_mask=whole_word_mask, masking_scheme=masking_scheme, seed=seed, output_dir=output_dir,
         num_workers=num_workers, shuffle_buffer=shuffle_buffer, save_every=save_every, resume=resume,
         overwrite_output_dir=overwrite_output_dir, tokenizer=tokenizer, threads=threads,

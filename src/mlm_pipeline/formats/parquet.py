@@ -151,6 +151,7 @@ def read_parquet(url: str) -> InstanceBatch:
 
 # the columns an InstanceBatch is made of (input_mask and masked_lm_weights are all ones)
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
+_OPTIONAL_COLUMNS = ["token_boundary"]  # read where a shard has them
 
 
 def _footer(f) -> pq.FileMetaData:
@@ -223,12 +224,14 @@ class ParquetRows:
         meta = self._parquet.metadata
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self._row_group_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        names = self._parquet.schema_arrow.names  # (sop's shards add ALBERT's token_boundary)
+        self._columns = _BATCH_COLUMNS + [name for name in _OPTIONAL_COLUMNS if name in names]
 
     def _start_group(self, group: int) -> None:
         """Batches of row group ``group`` alone: Arrow reads ahead through all the row groups an
         iterator is given, which would read past where this reader stops."""
         self._batches = self._parquet.iter_batches(batch_size=self.BATCH_ROWS, row_groups=[group],
-                                                   columns=_BATCH_COLUMNS, use_threads=False)
+                                                   columns=self._columns, use_threads=False)
         self._group, self._pending, self._row = group, None, int(self._row_group_starts[group])
 
     def _seek(self, start: int) -> None:

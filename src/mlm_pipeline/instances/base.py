@@ -146,6 +146,9 @@ class Objective:
     default_masking_scheme: str = "token"  # --masking-scheme when none is given (mlm_pipeline.masking)
     word_continuation: Callable[[Any], np.ndarray] | None = None
     label_names: tuple[str, str] = ("actual next", "random next")  # what labels 0 and 1 mean (inspect)
+    # the torch batch's key for its pair label: the argument of the HF model that trains on it
+    # (BertForPreTraining's next_sentence_label, AlbertForPreTraining's sentence_order_label)
+    sentence_label: str = "next_sentence_label"
 
     def writes_sequence_features_only(self, masking: str) -> bool:
         """Whether a run with this ``--masking`` writes ELECTRA's three features only."""

@@ -97,4 +97,5 @@ OBJECTIVE = Objective(
     default_masking_scheme="ngram",
     word_continuation=word_continuation,
     label_names=("in order", "swapped, or B from another document"),
+    sentence_label="sentence_order_label",
 )

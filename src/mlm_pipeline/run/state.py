@@ -187,12 +187,12 @@ def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = Fals
         if (warning := check(tok)) is not None:
             log.warning("%s", warning)
     check_tokenizer(config, tok)
-    if (scheme := config.masking_scheme) != "token" and config.masking != "static":
-        wwm, dynamic = scheme == "whole-word", get_objective(config.objective).load_masking == "dynamic"
-        how = (f"; mask {'whole words' if wwm else 'so'} when loading them (dataset.collator("
-               f"{'whole_word_mask=True' if wwm else f'masking_scheme={scheme!r}'}))" if dynamic else "")
-        log.warning("%s has no effect with --masking %s: the shards hold no masks%s",
-                    "--do-whole-word-mask" if wwm else f"--masking-scheme {scheme}", config.masking, how)
+    # (with dynamic masking at load time, the loader masks with the scheme the manifest records)
+    if (scheme := config.masking_scheme) != "token" and config.masking != "static" \
+            and get_objective(config.objective).load_masking != "dynamic":
+        log.warning("%s has no effect with --masking %s: the shards hold no masks, and the loader masks them "
+                    "with the objective's own masking", "--do-whole-word-mask" if scheme == "whole-word"
+                    else f"--masking-scheme {scheme}", config.masking)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(

@@ -40,6 +40,7 @@ _F1, _F2 = 0x85EBCA6B, 0xC2B2AE35  # its finaliser
 _PURPOSE_CHOOSE, _PURPOSE_REPLACE, _PURPOSE_RANDOM_ID = 1, 2, 3
 _PURPOSE_ELECTRA_CHOOSE, _PURPOSE_ELECTRA_REPLACE = 4, 5
 MASKINGS = ("static", "dynamic", "electra")
+SENTENCE_LABELS = ("next_sentence_label", "sentence_order_label")  # the HF models' argument names
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -174,9 +175,14 @@ class MLMCollator:
             registry: ``token`` (the default), ``whole-word``, ``ngram`` (ALBERT's), ``span``
             (SpanBERT's, 80/10/10 per span); ``ngram``, ``favor_shorter_ngram``, ``geometric_p``,
             ``span_lower``, ``span_upper`` are their parameters, as ``prepare``'s flags.
+        word_continuation: per vocabulary id, whether the token continues a word, for the schemes
+            that mask words; default: the tokenizer's ``is_continuation``. ``dataset.collator()``
+            gives the objective's rule (``sop``: ALBERT's words, those of ``token_boundary``).
         seed: seed of the dynamic masks (with the sample's ``epoch`` and ``index``).
-        nsp: include ``next_sentence_label`` (for ``BertForPreTraining``; leave out for
-            ``BertForMaskedLM``).
+        nsp: include the samples' pair label (for ``BertForPreTraining`` or
+            ``AlbertForPreTraining``; leave out for ``BertForMaskedLM``).
+        sentence_label: the batch key of that label: ``next_sentence_label`` (BERT's) or
+            ``sentence_order_label`` (``AlbertForPreTraining``'s).
         pad_to_multiple_of: round the padded length up (e.g. 8); ``max_length``: pad to exactly
             this length (longer samples are an error).
         sample_info: also return ``sample_index`` (int64) and ``sample_weight`` (float32, 0 for
@@ -184,7 +190,8 @@ class MLMCollator:
 
     Returns a dict of tensors: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
     ``[B, L]``), ``labels`` (int64 ``[B, L]``, the original id at masked positions, -100
-    elsewhere) and, with ``nsp``, ``next_sentence_label`` (int64 ``[B]``, -100 where unknown).
+    elsewhere) and, with ``nsp``, ``next_sentence_label`` or ``sentence_order_label``
+    (``sentence_label``; int64 ``[B]``, -100 where unknown).
     Padding samples (``weight`` 0) get no labels at all, so they add nothing to any loss.
     """
 
@@ -202,8 +209,10 @@ class MLMCollator:
         geometric_p: float = 0.2,
         span_lower: int = 1,
         span_upper: int = 10,
+        word_continuation: np.ndarray | None = None,
         seed: int = 0,
         nsp: bool = True,
+        sentence_label: str = "next_sentence_label",
         pad_to_multiple_of: int | None = None,
         max_length: int | None = None,
         sample_info: bool = False,
@@ -239,6 +248,8 @@ class MLMCollator:
                                    span_lower=span_lower, span_upper=span_upper)
         if ngram < 1 or not 0.0 < geometric_p <= 1.0 or not 1 <= span_lower <= span_upper:
             raise ValueError(f"bad masking scheme parameters: {self._scheme_params}")
+        if sentence_label not in SENTENCE_LABELS:
+            raise ValueError(f"sentence_label must be one of {', '.join(SENTENCE_LABELS)}, got {sentence_label!r}")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
@@ -250,6 +261,7 @@ class MLMCollator:
         self.masking_scheme = scheme
         self.seed = seed
         self.nsp = bool(nsp)
+        self.sentence_label = sentence_label
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
         self.sample_info = bool(sample_info)
@@ -265,7 +277,8 @@ class MLMCollator:
         special = torch.zeros(max(self.vocab_size, int(tokenizer.special_id_array.max()) + 1), dtype=torch.bool)
         special[torch.from_numpy(tokenizer.special_id_array.astype(np.int64))] = True
         self._special = special
-        cont = torch.from_numpy(np.asarray(tokenizer.is_continuation, dtype=bool))
+        table = tokenizer.is_continuation if word_continuation is None else word_continuation
+        cont = torch.from_numpy(np.asarray(table, dtype=bool))
         self._continuation = torch.zeros(len(special), dtype=torch.bool)
         self._continuation[: min(len(cont), len(special))] = cont[: len(special)]
 
@@ -322,7 +335,7 @@ class MLMCollator:
         if self.nsp:
             nsp = torch.tensor([int(s["next_sentence_label"]) for s in samples], dtype=torch.int64)
             nsp[(nsp < 0) | (weight == 0)] = IGNORE_INDEX
-            batch["next_sentence_label"] = nsp
+            batch[self.sentence_label] = nsp
         if self.sample_info:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight

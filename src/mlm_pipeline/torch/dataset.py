@@ -106,7 +106,9 @@ class MLMDataset(IterableDataset):
     ``next_sentence_label`` (int, -1 without NSP), ``index`` (position in the sources' shards in
     manifest order, concatenated; stable across epochs), ``source`` (number of its source),
     ``epoch``, ``weight`` (1.0, or 0.0 for a padding sample) and ``bin`` (the length bin of the
-    batch it is emitted in, numbered from 0; -1 without length bins).
+    batch it is emitted in, numbered from 0; -1 without length bins); for ``sop`` shards also
+    ``token_boundary`` (int8, ALBERT's feature: 1 where a word starts). ``next_sentence_label``
+    is the pair label of any objective (for ``sop``, the sentence-order label).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
 
@@ -465,7 +467,7 @@ class MLMDataset(IterableDataset):
         nsp = -1
         if self.prepared.has_nsp and batch.next_sentence_labels is not None:
             nsp = int(batch.next_sentence_labels[k])
-        return {
+        sample = {
             "input_ids": batch.input_ids[s:e],
             "token_type_ids": batch.segment_ids[s:e],
             "masked_lm_positions": batch.masked_lm_positions[ms:me],
@@ -477,13 +479,20 @@ class MLMDataset(IterableDataset):
             "weight": weight,
             "bin": bin_,
         }
+        if batch.token_boundary is not None:
+            sample["token_boundary"] = batch.token_boundary[s:e]
+        return sample
 
     def collator(self, *, masking: str = "auto", tokenizer=None, **kwargs):
         """An :class:`MLMCollator` matching this output (tokenizer, NSP, static masks or not).
 
         ``masking="auto"`` uses the shards' static masks when they have them, else the masking
         their objective trains with (``dynamic``: BERT's 80/10/10; ``electra``: ELECTRA's, for
-        ``--objective electra``). Other keyword arguments go to :class:`MLMCollator`.
+        ``--objective electra``). Dynamic masking masks with the scheme and parameters the run
+        recorded (``sop``: ALBERT's n-grams) unless ``masking_scheme`` or ``whole_word_mask`` is
+        given, and groups words as the objective does (``sop``: ALBERT's ``token_boundary``
+        words). The pair label is named for the model that reads it (``sop``:
+        ``sentence_order_label``). Other keyword arguments go to :class:`MLMCollator`.
         """
         from mlm_pipeline.torch.collator import MLMCollator
 
@@ -495,4 +504,10 @@ class MLMDataset(IterableDataset):
             raise ValueError(f"{self.prepared.url} was prepared without masks (masking: none): use masking='dynamic'")
         tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, str) else self.prepared.tokenizer(tokenizer)
         kwargs.setdefault("nsp", self.prepared.has_nsp)
+        kwargs.setdefault("sentence_label", self.prepared.sentence_label)
+        if masking == "dynamic":
+            if kwargs.get("masking_scheme") is None and not kwargs.get("whole_word_mask"):
+                kwargs.update({**self.prepared.masking_scheme, **{k: v for k, v in kwargs.items() if v is not None}})
+            if "word_continuation" not in kwargs:
+                kwargs["word_continuation"] = self.prepared.word_continuation(tok)
         return MLMCollator(tok, masking=masking, **kwargs)

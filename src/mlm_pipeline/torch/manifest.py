@@ -65,6 +65,28 @@ class PreparedOutput:
         return get_objective(self.objective).load_masking
 
     @property
+    def sentence_label(self) -> str:
+        """The batch key of its pair label: ``next_sentence_label``, or ``sentence_order_label``
+        for ``sop`` (``AlbertForPreTraining``'s argument)."""
+        return get_objective(self.objective).sentence_label
+
+    @property
+    def masking_scheme(self) -> dict:
+        """The masking scheme the run recorded, with its parameters, as :class:`MLMCollator`
+        arguments (``masking_scheme``, ``ngram``, ...): how dynamic masking masks this output by
+        default. A manifest from before schemes were recorded: the objective's default scheme."""
+        from mlm_pipeline.config import MASKING_PARAMETERS
+
+        scheme = self.config.get("masking_scheme") or get_objective(self.objective).default_masking_scheme
+        return {"masking_scheme": scheme, **{k: self.config[k] for k in MASKING_PARAMETERS if k in self.config}}
+
+    def word_continuation(self, tokenizer) -> np.ndarray | None:
+        """Per id, whether a token continues a word as the objective groups words (``sop``:
+        ALBERT's, the complement of ``token_boundary``); None: the tokenizer's own marker."""
+        rule = get_objective(self.objective).word_continuation
+        return None if rule is None else np.asarray(rule(tokenizer), dtype=bool)
+
+    @property
     def is_masked(self) -> bool:
         return self.masking == "static"
 

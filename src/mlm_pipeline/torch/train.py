@@ -1,7 +1,11 @@
-"""A tiny BERT trained on prepared shards with PyTorch Lightning (``mlm-pipeline train``).
+"""A tiny BERT or ALBERT trained on prepared shards with PyTorch Lightning (``mlm-pipeline train``).
 
 The model is ``transformers``' ``BertForPreTraining`` (shards with NSP labels) or
-``BertForMaskedLM`` (packed / tokens-only shards) with a few small layers. The masked-LM loss is
+``BertForMaskedLM`` (packed / tokens-only shards) with a few small layers; for ``sop`` shards
+(``--model auto``, or ``--model albert``) ``AlbertForPreTraining`` (MLM + sentence-order
+prediction; ``AlbertForMaskedLM`` on shards without pair labels), with ALBERT's factorized
+embeddings (``embedding_size`` below ``hidden``) and its layers sharing their weights. The
+pair loss (NSP or SOP) is logged as ``nsp_loss``. The masked-LM loss is
 computed at the masked positions only: the encoder's hidden states are gathered there before the
 prediction head, so the vocabulary-sized softmax runs on ~15 % of the tokens instead of all of
 them (about 5x less work on a CPU for a 30k vocabulary and a small encoder).
@@ -45,6 +49,7 @@ from mlm_pipeline.torch.dataset import MLMDataset
 from mlm_pipeline.torch.loader import MLMDataLoader
 
 _ROW_BUCKET = 128
+MODELS = ("auto", "bert", "albert")
 
 
 @dataclass
@@ -57,6 +62,8 @@ class TrainConfig:
     hidden: int = 128
     heads: int = 2
     intermediate: int | None = None  # default 4 * hidden
+    model: str = "auto"  # auto | bert | albert (auto: albert for sop shards, else bert)
+    embedding_size: int | None = None  # ALBERT's factorized embeddings; default max(16, hidden // 4)
     masking: str = "auto"  # auto | static | dynamic | electra (auto: the output's, see MLMDataset.collator)
     whole_word_mask: bool = False
     masking_scheme: str | None = None  # dynamic masking's scheme (mlm_pipeline.masking): token, whole-word, ngram, span
@@ -82,6 +89,11 @@ class TrainConfig:
             bad.append(f"lr must be > 0 (got {self.lr})")
         if self.hidden % self.heads:
             bad.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.model not in MODELS:
+            bad.append(f"model must be {', '.join(MODELS)} (got {self.model!r})")
+        if self.embedding_size is not None and (self.embedding_size < 1 or self.model == "bert"):
+            bad.append(f"embedding_size applies to ALBERT and must be >= 1 (got {self.embedding_size}, "
+                       f"model {self.model})")
         if self.masking not in ("auto", "static", "dynamic", "electra"):
             bad.append(f"masking must be auto, static, dynamic or electra (got {self.masking!r})")
         if self.whole_word_mask and self.masking in ("static", "electra"):
@@ -94,12 +106,20 @@ class TrainConfig:
             raise ValueError("invalid training settings: " + "; ".join(bad))
 
 
+def _heads(model) -> tuple:
+    """(encoder, masked-LM head, pair head or None) of a BERT or ALBERT pretraining model."""
+    if hasattr(model, "cls"):  # BertForPreTraining / BertForMaskedLM
+        return model.bert, model.cls.predictions, getattr(model.cls, "seq_relationship", None)
+    return model.albert, model.predictions, getattr(model, "sop_classifier", None)  # Albert*
+
+
 def masked_lm_losses(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """MLM (+ NSP) cross-entropy of a ``BertForPreTraining``/``BertForMaskedLM`` on a batch.
+    """MLM (+ NSP or SOP) cross-entropy of a BERT or ALBERT pretraining model on a batch.
 
     The prediction head runs only on the hidden states of masked positions.
     """
-    out = model.bert(
+    encoder, mlm_head, pair_head = _heads(model)
+    out = encoder(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"],
@@ -114,15 +134,14 @@ def masked_lm_losses(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
         where = torch.cat([where, where.new_zeros(rows - masked)])
         targets = torch.cat([flat_labels[where[:masked]], flat_labels.new_full((rows - masked,), IGNORE_INDEX)])
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])[where]  # [rows, H]
-        logits = model.cls.predictions(hidden)
+        logits = mlm_head(hidden)
         mlm = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
     else:  # a batch of padding samples only: no signal, but keep the graph
         mlm = out.last_hidden_state.sum() * 0.0
     result = {"mlm_loss": mlm, "loss": mlm, "masked": torch.tensor(masked)}
-    nsp_labels = batch.get("next_sentence_label")
-    if nsp_labels is not None and hasattr(model.cls, "seq_relationship") and bool((nsp_labels != IGNORE_INDEX).any()):
-        nsp = F.cross_entropy(model.cls.seq_relationship(out.pooler_output).float(), nsp_labels,
-                              ignore_index=IGNORE_INDEX)
+    nsp_labels = batch.get("next_sentence_label", batch.get("sentence_order_label"))
+    if nsp_labels is not None and pair_head is not None and bool((nsp_labels != IGNORE_INDEX).any()):
+        nsp = F.cross_entropy(pair_head(out.pooler_output).float(), nsp_labels, ignore_index=IGNORE_INDEX)
         result["nsp_loss"] = nsp
         result["loss"] = mlm + nsp
     return result
@@ -130,19 +149,24 @@ def masked_lm_losses(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 def _lightning_module_class():
     import pytorch_lightning as pl
-    from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
+    import transformers
 
     class TinyBert(pl.LightningModule):
         def __init__(self, *, vocab_size: int, max_length: int, hidden: int, layers: int, heads: int,
-                     intermediate: int, nsp: bool, lr: float, warmup_steps: int, steps: int, pad_id: int):
+                     intermediate: int, nsp: bool, lr: float, warmup_steps: int, steps: int, pad_id: int,
+                     model: str = "bert", embedding_size: int | None = None):
             super().__init__()
             self.save_hyperparameters()
-            config = BertConfig(
-                vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                intermediate_size=intermediate, max_position_embeddings=max_length, type_vocab_size=2,
-                pad_token_id=pad_id,
-            )
-            self.model = BertForPreTraining(config) if nsp else BertForMaskedLM(config)
+            sizes = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, intermediate_size=intermediate,
+                         max_position_embeddings=max_length, type_vocab_size=2, pad_token_id=pad_id)
+            if model == "albert":  # (AlbertConfig's defaults: one group of layers sharing weights)
+                config = transformers.AlbertConfig(**sizes, embedding_size=embedding_size)
+            else:
+                config = transformers.BertConfig(**sizes)
+            family = "Albert" if model == "albert" else "Bert"
+            kind = "ForPreTraining" if nsp else "ForMaskedLM"
+            self.model = getattr(transformers, family + kind)(config)
 
         def training_step(self, batch, batch_idx):
             losses = masked_lm_losses(self.model, batch)
@@ -241,7 +265,7 @@ def _ignore_sigterm(worker_id: int) -> None:
 def batch_crc(batch: dict[str, torch.Tensor]) -> str:
     """CRC32 of a batch's inputs and labels: equal rows in two loss logs saw the same batch."""
     crc = 0
-    for key in ("input_ids", "token_type_ids", "labels", "next_sentence_label"):
+    for key in ("input_ids", "token_type_ids", "labels", "next_sentence_label", "sentence_order_label"):
         if key in batch:
             crc = zlib.crc32(batch[key].detach().cpu().numpy().tobytes(), crc)
     return f"{crc:08x}"
@@ -305,8 +329,12 @@ def main(config: TrainConfig) -> dict:
     _check_masking(config, dataset)
     out.mkdir(parents=True, exist_ok=True)
     tok = dataset.prepared.tokenizer(config.tokenizer)
+    model = config.model
+    if model == "auto":  # the model that reads the output's pair label (sop: AlbertForPreTraining)
+        model = "albert" if dataset.prepared.sentence_label == "sentence_order_label" else "bert"
     collator = dataset.collator(masking=config.masking, tokenizer=tok, whole_word_mask=config.whole_word_mask,
-                                seed=config.seed,
+                                seed=config.seed, sentence_label="sentence_order_label" if model == "albert"
+                                else "next_sentence_label",
                                 **({"masking_scheme": config.masking_scheme} if config.masking_scheme else {}))
     loader = MLMDataLoader(dataset, batch_size=config.batch_size, collate_fn=collator,
                            num_workers=config.num_workers, worker_init_fn=_ignore_sigterm)
@@ -324,7 +352,8 @@ def main(config: TrainConfig) -> dict:
         vocab_size=collator.vocab_size, max_length=max(max_length, 8), hidden=config.hidden, layers=config.layers,
         heads=config.heads, intermediate=config.intermediate or 4 * config.hidden, nsp=collator.nsp, lr=config.lr,
         warmup_steps=config.warmup_steps if config.warmup_steps is not None else max(1, config.steps // 10),
-        steps=config.steps, pad_id=collator.pad_id,
+        steps=config.steps, pad_id=collator.pad_id, model=model,
+        embedding_size=(config.embedding_size or max(16, config.hidden // 4)) if model == "albert" else None,
     )
     if resume_state is not None:  # the weights evaluated "before" are the checkpoint's
         try:
@@ -332,7 +361,7 @@ def main(config: TrainConfig) -> dict:
         except RuntimeError as exc:  # torch: "Error(s) in loading state_dict ... size mismatch for ..."
             detail = " ".join(str(exc).split())
             raise ValueError(f"--resume {config.resume}: the checkpoint holds another model than these settings "
-                             f"build (its --layers, --hidden, --heads, vocabulary or objective differ): "
+                             f"build (its --model, --layers, --hidden, --heads, vocabulary or objective differ): "
                              f"{detail[:300]}") from None
     loss_before = evaluate(module.model, eval_batches)
 
