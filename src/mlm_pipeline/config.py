@@ -10,6 +10,10 @@ Only the settings that change output bytes enter ``output_fingerprint`` — not 
 executor or progress display (fields marked ``runtime=True``) — which is what lets a rerun with
 ``--workers 8`` resume a run started with ``--workers 2``, and refuses a rerun whose masking
 settings changed.
+
+Why one module: it declares every setting and the checks that tie settings together (a masking
+scheme's parameters, Google's spellings); a setting split from its checks would be added in two
+places. Config files, which only read settings by name, live in :mod:`mlm_pipeline.config_file`.
 """
 
 from __future__ import annotations
