@@ -207,40 +207,44 @@ def not_special(ids: np.ndarray, special_ids: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Words:
-    """The words (groups of candidate positions) of a batch, in position order: ``start`` (flat
-    position of the first token), ``length`` (tokens), ``first`` (``n + 1`` offsets: the words of
-    row ``i`` are ``first[i]:first[i + 1]``), ``cand_pos`` (the candidates' flat positions) and
-    ``cand_first`` (the index in ``cand_pos`` of each word's first token: a word's tokens are the
-    candidates ``cand_first[w]:cand_first[w] + length[w]``). ``row`` and ``of_cand`` (the word of
+    """The words (groups of candidate positions) of a batch, in position order. Words tile the
+    candidates: word ``w`` is the candidates ``bounds[w]:bounds[w + 1]`` (``cand_pos`` gives their
+    flat positions), so ``bounds[w]`` also counts the candidate tokens before it. ``first``
+    (``n + 1`` offsets): the words of row ``i`` are ``first[i]:first[i + 1]``. ``start`` (flat
+    position of a word's first token), ``length`` (tokens), ``row`` and ``of_cand`` (the word of
     each candidate) are worked out when a scheme asks for them."""
 
-    start: np.ndarray
-    length: np.ndarray
+    bounds: np.ndarray
     first: np.ndarray
     cand_pos: np.ndarray
-    cand_first: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.start)
+        return len(self.bounds) - 1
+
+    @functools.cached_property
+    def start(self) -> np.ndarray:
+        return self.cand_pos[self.bounds[:-1]]
+
+    @functools.cached_property
+    def length(self) -> np.ndarray:
+        return np.diff(self.bounds)
 
     @functools.cached_property
     def row(self) -> np.ndarray:
-        """The row of each word."""
         return np.repeat(np.arange(len(self.first) - 1), np.diff(self.first))
 
     @functools.cached_property
     def of_cand(self) -> np.ndarray:
-        """The word of each candidate, in candidate order."""
         starts = np.zeros(len(self.cand_pos), dtype=bool)
-        starts[self.cand_first] = True
+        starts[self.bounds[:-1]] = True
         return np.cumsum(starts) - 1
 
     def positions(self, chosen_word: np.ndarray) -> np.ndarray:
         """Flat positions (ascending) of the chosen words' tokens (work in the chosen tokens, not
         in all candidates)."""
         chosen = np.flatnonzero(chosen_word)
-        length = self.length[chosen]
-        at = self.cand_first[chosen]
+        at = self.bounds[chosen]
+        length = self.bounds[chosen + 1] - at
         if len(chosen) and int(length.max()) > 1:  # the candidates of each word, one after another
             ends = np.cumsum(length)
             at = np.repeat(at - (ends - length), length) + np.arange(int(ends[-1]))
@@ -263,16 +267,16 @@ def find_words(sel: Selection, *, whole_words: bool, cross_specials: bool) -> Wo
         table = sel.spec.is_continuation
         if table is None:
             sel.continuation()  # (raises: the scheme needs word boundaries)
+        starts = np.empty(count + 1, dtype=bool)  # (a last start closes the last word)
         # clip: ids past the table read its last entry, as Selection.continuation (ids are >= 0)
-        starts = ~np.take(table, sel.ids[cand_pos], mode="clip")
+        np.take(np.logical_not(table), sel.ids[cand_pos], mode="clip", out=starts[:count])
+        starts[count] = True
         heads = row_cand[:-1]
         starts[heads[heads < count]] = True  # a row's first candidate
         if not cross_specials:
-            starts[1:] |= cand_pos[1:] != cand_pos[:-1] + 1
-        cand_first = np.flatnonzero(starts)
-        length = np.diff(cand_first, append=count)
+            starts[1:count] |= cand_pos[1:] != cand_pos[:-1] + 1
+        bounds = np.flatnonzero(starts)
     else:
-        cand_first = np.arange(count)
-        length = np.ones(count, dtype=np.int64)
-    first = np.searchsorted(cand_first, row_cand)  # words before each row's first candidate
-    return Words(start=cand_pos[cand_first], length=length, first=first, cand_pos=cand_pos, cand_first=cand_first)
+        bounds = np.arange(count + 1)
+    first = np.searchsorted(bounds, row_cand)  # words before each row's first candidate
+    return Words(bounds=bounds, first=first, cand_pos=cand_pos)
