@@ -28,6 +28,7 @@ from mlm_pipeline.masking.base import (
     MaskingScheme,
     Selection,
     find_words,
+    visit_order,
 )
 
 
@@ -39,20 +40,6 @@ def ngram_cdf(ngram: int, favor_shorter: bool) -> np.ndarray:
         p = p[::-1]
     cdf = np.cumsum(p)
     return cdf / cdf[-1]
-
-
-def visit_order(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each row's columns by ascending key, equal keys by column (a stable argsort), packed:
-    ``(packed, bits)``, column ``packed[i, j] & (2**bits - 1)`` is row ``i``'s ``j``-th. Keys are
-    float32 in ``[0, 2]``, whose bit patterns order as the values do, so one int64 per entry holds
-    (key bits, column) and a plain sort of those (distinct) numbers is the stable argsort: 15-20x
-    faster than ``argsort(kind="stable")``."""
-    bits = max(1, (keys.shape[1] - 1).bit_length())
-    packed = keys.view(np.int32).astype(np.int64)
-    packed <<= bits
-    packed |= np.arange(keys.shape[1])
-    packed.sort(axis=1)
-    return packed, bits
 
 
 def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
