@@ -52,11 +52,15 @@ def word_continuation(tokenizer) -> np.ndarray:
 
 def with_token_boundary(batch: InstanceBatch, table: np.ndarray) -> InstanceBatch:
     """``batch`` with ``token_boundary`` from its (unmasked) ids; ``[CLS]`` and both ``[SEP]`` 1."""
-    boundary = table[np.minimum(batch.input_ids, len(table) - 1)].astype(np.int8)
+    # one pass: ids past the table read its last entry (clip), the 0/1 values taken as int8
+    boundary = np.take(table.view(np.int8), batch.input_ids, mode="clip")
     starts = batch.offsets[:-1]
     boundary[starts] = 1  # [CLS]
     boundary[batch.offsets[1:] - 1] = 1  # the last [SEP]
-    segment_b_start = np.flatnonzero(np.diff(batch.segment_ids.astype(np.int8), prepend=np.int8(0)) > 0)
+    seg = batch.segment_ids
+    segment_b_start = np.flatnonzero(seg[1:] > seg[:-1]) + 1  # where segment 0 turns to 1
+    if len(seg) and seg[0] > 0:
+        segment_b_start = np.insert(segment_b_start, 0, 0)
     boundary[segment_b_start - 1] = 1  # the middle [SEP], the last token of segment 0
     batch.token_boundary = boundary
     return batch

@@ -39,7 +39,9 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     scheme = get_masking_scheme(spec.scheme_name)
     chosen = scheme.choose(Selection(ids=ids, offsets=offsets, cand=cand, k=k, spec=spec), GeneratorDraws(rng))
     positions = chosen.positions
-    m_rows = np.searchsorted(offsets, positions, side="right") - 1  # positions ascend: rows too
+    # positions ascend: each row's are one run, found by n + 1 searches (not one per position)
+    counts = np.diff(np.searchsorted(positions, offsets))
+    m_rows = np.repeat(np.arange(n), counts)
     m_cols = positions - offsets[m_rows]
     original = ids[positions]
     if scheme.per_group and chosen.groups is not None:
@@ -54,7 +56,6 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     np.copyto(new, random_ids, where=as_random, casting="unsafe")  # ids < vocab_size fit int32
     corrupted = batch.input_ids.copy()
     corrupted[positions] = new
-    counts = np.bincount(m_rows, minlength=n)
     out = InstanceBatch(
         input_ids=corrupted,
         segment_ids=batch.segment_ids,

@@ -28,6 +28,7 @@ from mlm_pipeline.masking.base import (
     MaskingScheme,
     Selection,
     find_words,
+    visit_order,
 )
 
 
@@ -48,9 +49,9 @@ def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
         return Chosen(words.cand_pos)
     top = spec.ngram
     cdf = ngram_cdf(top, spec.favor_shorter_ngram)
-    before = np.zeros(len(words) + 1, dtype=np.int64)  # tokens of the words before word w
-    np.cumsum(words.length, out=before[1:])
-    covered = np.zeros(len(words) + 1, dtype=bool)  # (one spare slot for clipped indices)
+    before = words.bounds  # candidate tokens before word w
+    nw = len(words)
+    covered = np.zeros(nw + top, dtype=bool)  # (spare slots past the last word, never set)
     per_row = np.diff(words.first)
     for r0 in range(0, sel.n, base.ROWS_PER_CHUNK):
         r1 = min(sel.n, r0 + base.ROWS_PER_CHUNK)
@@ -60,39 +61,45 @@ def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
             continue
         rows = np.arange(r0, r1)
         keys = draws.grid(rows, width, PURPOSE_ORDER)
-        keys[np.arange(width) >= wpr[:, None]] = 2.0
-        order = np.argsort(keys, axis=1, kind="stable")
-        drawn = 1 + np.searchsorted(cdf, draws.grid(rows, width, PURPOSE_NGRAM).astype(np.float64), side="right")
-        np.minimum(drawn, top, out=drawn)
+        np.copyto(keys, np.float32(2.0), where=np.arange(width) >= wpr[:, None])
+        order, bits = visit_order(keys)
+        column = (1 << bits) - 1
+        u_n = draws.grid(rows, width, PURPOSE_NGRAM)
         first, end = words.first[r0:r1], words.first[r0 + 1 : r1 + 1]
-        k = sel.k[r0:r1]
-        count = np.zeros(r1 - r0, dtype=np.int64)
-        for j in range(width):  # visit rank, vectorised over the rows
-            live = np.flatnonzero((j < wpr) & (count < k))
+        # the rows still short of their budget, and for each its budget left, words and end
+        live = np.flatnonzero((wpr > 0) & (sel.k[r0:r1] > 0))
+        left, lim, stop = sel.k[r0:r1][live], wpr[live], end[live]
+        for j in range(width):  # visit rank, vectorised over the live rows
+            keep = (left > 0) & (lim > j)
+            if not keep.all():  # (the set only shrinks)
+                live, left, lim, stop = live[keep], left[keep], lim[keep], stop[keep]
             if len(live) == 0:
                 break
-            w = first[live] + order[live, j]
-            stop = end[live]
-            kk = k[live] - count[live]
-            n = drawn[live, j]
-            took = before[np.minimum(w + n, stop)] - before[w]
+            w = first[live] + (order[live, j] & column)
+            n = 1 + np.searchsorted(cdf, u_n[live, j].astype(np.float64), side="right")
+            np.minimum(n, top, out=n)
+            e = np.minimum(w + n, stop)
+            took = before[e] - before[w]
             for _ in range(top - 1):  # shorten while it overflows
-                over = (took > kk) & (n > 1)
+                over = (took > left) & (n > 1)
                 if not over.any():
                     break
-                n = np.where(over, n - 1, n)
-                took = before[np.minimum(w + n, stop)] - before[w]
-            span = np.minimum(w + n, stop) - w  # words in the n-gram
-            ok = took <= kk
-            for d in range(top):
-                ok &= ~((d < span) & covered[np.where(d < span, w + d, len(words))])
+                n = n - over
+                e = np.minimum(w + n, stop)
+                took = before[e] - before[w]
+            span = e - w  # words in the n-gram (at least 1)
+            hit = covered[w]
+            for d in range(1, top):
+                hit |= covered[w + d] & (span > d)
+            ok = (took <= left) & ~hit
             if not ok.any():
                 continue
-            for d in range(top):
-                at = ok & (d < span)
-                covered[w[at] + d] = True
-            count[live[ok]] += took[ok]
-    return Chosen(words.positions(covered[:-1]))
+            w, span = w[ok], span[ok]
+            covered[w] = True
+            for d in range(1, top):
+                covered[w[span > d] + d] = True
+            left[ok] -= took[ok]
+    return Chosen(words.positions(covered[:nw]))
 
 
 def _check(settings) -> None:

@@ -61,8 +61,7 @@ def choose_spans(sel: Selection, draws: Draws) -> Chosen:
     pmf = np.diff(cdf, prepend=0.0)
     straddling = float(np.dot(pmf, lengths ** 2) / np.dot(pmf, lengths))  # size-biased mean length
     nw = len(words)
-    before = np.zeros(nw + 1, dtype=np.int64)  # tokens of the words before word w
-    np.cumsum(words.length, out=before[1:])
+    before = words.bounds  # tokens of the words before word w (words tile the candidates)
     # segments: runs of words with no special token between them
     prev = words.start - 1
     begins = (prev < sel.offsets[words.row]) | ~sel.cand[np.maximum(prev, 0)]

@@ -21,19 +21,8 @@ from mlm_pipeline.masking.base import (
     Selection,
     find_words,
     nonzero_2d,
+    visit_order,
 )
-
-
-def _by_key_then_column(cols: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``cols`` of each row ordered by ``keys``, equal keys by column: a stable argsort of the
-    keys (3x faster than a two-key ``lexsort``), which gives the same order unless two word keys
-    (< 2.0) of a row are equal, and then the ``lexsort`` is done. Padding keys (2.0) may tie in
-    any order: their words are empty and never taken."""
-    order = np.argsort(keys, axis=1, kind="stable")
-    ordered = np.take_along_axis(keys, order, axis=1)
-    if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] < 2.0)).any():
-        order = np.lexsort((cols, keys), axis=1)
-    return np.take_along_axis(cols, order, axis=1)
 
 
 def _greedy_words(lengths: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,25 +63,27 @@ def choose_whole_words(sel: Selection, draws: Draws) -> Chosen:
         wlen = np.zeros(inside.shape, dtype=np.int64)
         wlen[inside] = words.length[row_start[r0] : row_start[r1]]
         kk = k[r0:r1]
+        # (key, column) packed in one int64: distinct, so the ``visit`` smallest are exactly the
+        # first ``visit`` of a stable argsort, ties at the cut included
+        packed, bits = visit_order(wkeys, sort=False)
+        column = (1 << bits) - 1
         visit = min(width, int(kk.max()) + base.WORD_SLACK)
         if visit < width:
-            part = np.argpartition(wkeys, visit, axis=1)
-            cols = part[:, :visit]
-            top = np.take_along_axis(wkeys, cols, axis=1)
-            nxt = np.take_along_axis(wkeys, part[:, visit : visit + 1], axis=1)[:, 0]
-            cols = _by_key_then_column(cols, top)
+            head = np.partition(packed, visit - 1, axis=1)[:, :visit]
+            head.sort(axis=1)
+            cols = head & column
             accepted, count = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
-            # rows with unvisited words that could still matter (or equal keys at the cut)
-            redo = (wpr > visit) & ((count < kk) | (top.max(axis=1) == nxt))
+            redo = (wpr > visit) & (count < kk)  # rows with unvisited words that could still matter
         else:
-            cols = np.argsort(wkeys, axis=1, kind="stable")
+            packed.sort(axis=1)
+            cols = packed & column
             accepted, _ = _greedy_words(np.take_along_axis(wlen, cols, axis=1), kk)
             redo = np.zeros(len(kk), dtype=bool)
         rows, ranks = nonzero_2d(accepted & ~redo[:, None])
         chosen_word[row_start[r0 + rows] + cols[rows, ranks]] = True
         if redo.any():
             again = np.flatnonzero(redo)
-            cols = np.argsort(wkeys[again], axis=1, kind="stable")
+            cols = np.sort(packed[again], axis=1) & column
             accepted, _ = _greedy_words(np.take_along_axis(wlen[again], cols, axis=1), kk[again])
             rows, ranks = nonzero_2d(accepted)
             chosen_word[row_start[r0 + again[rows]] + cols[rows, ranks]] = True
