@@ -256,3 +256,18 @@ def test_a_node_gone_since_it_was_listed_is_left_out_of_the_node_check(ray_clust
     finally:
         ray.shutdown()
     assert list((tmp_path / "out" / "_tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("objective,scheme", [("sop", "ngram"), ("nsp", "span")])
+def test_every_masking_scheme_gives_the_local_bytes_on_ray(ray_cluster, tmp_path, objective, scheme):
+    """ALBERT's pairs with their n-gram masks, and SpanBERT's spans: the same shards on the Ray
+    cluster as in one local process, task for task."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    settings = {"objective": objective, "masking_scheme": scheme, "split_bytes": "256KiB"}
+    local = run_prepare(make_config(INPUTS, tmp_path / "local", **settings), show_progress=False)
+    on_ray = run_prepare(make_config(INPUTS, tmp_path / "ray", executor="ray", ray_address=ray_cluster.address,
+                                     **settings), show_progress=False)
+    assert local["tasks"] >= 4 and local["masking_scheme"]["name"] == scheme
+    assert shard_table(on_ray) == shard_table(local)
+    _files_equal(tmp_path / "local", tmp_path / "ray", local)
