@@ -418,7 +418,7 @@ def _strip_inline(text: str) -> str:
     return text
 
 
-def _paragraphs(text: str, keep_headings: bool, keep_references: bool = True) -> list[str]:
+def _paragraphs(text: str, keep_headings: bool, keep_references: bool) -> list[str]:
     """Join text lines into paragraphs; headings, list items and rules end a paragraph. Unless
     ``keep_references``, a reference section (``is_reference_section``) is skipped up to the
     next heading of its level or higher, and so is a list item that is only a citation
