@@ -225,6 +225,7 @@ class PrepareConfig(BaseModel):
         False, "input", "Wikipedia dump: keep section headings, as paragraphs of their own.")
     wiki_keep_tables: bool = setting(
         False, "input", "Wikipedia dump: keep table captions and cell text.")
+    wiki_keep_references: bool = setting(False, "input", "Wikipedia dump: keep reference sections and citations.")
 
     objective: ObjectiveName = setting(
         "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "

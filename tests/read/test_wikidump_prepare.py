@@ -177,6 +177,11 @@ def test_wiki_settings_reach_the_reader(tmp_path, multi_baseline):
     assert tables["totals"]["tokens"] > base["tokens"] + 15_000
     assert headings["totals"]["documents_read"] == tables["totals"]["documents_read"] == SAMPLE_ARTICLES
     assert headings["output_fingerprint"] != multi_baseline["output_fingerprint"]
+    # the reference sections and citation items (see test_wikidump.py): 2,079 more paragraphs
+    references = prepare([MULTI], tmp_path / "references", split_bytes=SMALL, wiki_keep_references=True)
+    assert (base["sentences"], references["totals"]["sentences"]) == (21_104, 23_183)
+    assert references["totals"]["documents_read"] == SAMPLE_ARTICLES
+    assert references["output_fingerprint"] != multi_baseline["output_fingerprint"]
 
 
 def test_bad_wiki_settings_are_config_errors(tmp_path, plain_xml):

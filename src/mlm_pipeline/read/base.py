@@ -95,7 +95,7 @@ class ReadOptions:
     (a 64 MiB part took a worker past 1 GB).
     wiki_*: the Wikipedia dump's settings (``wikidump_format``): its multistream index (None:
     the one beside the dump), the namespace numbers read (comma-separated), and whether section
-    headings and table text are kept.
+    headings, table text and the reference sections and citation list items are kept.
     unknown_text: what replaces a word its input marks as unknown (WikiText's ``<unk>``): a run
     sets the text its tokenizer encodes to the unknown token (so it is counted as one); empty
     (the default, e.g. when training a vocab): such words are dropped.
@@ -110,6 +110,7 @@ class ReadOptions:
     wiki_namespaces: str = "0"
     wiki_keep_headings: bool = False
     wiki_keep_tables: bool = False
+    wiki_keep_references: bool = False
     unknown_text: str = ""
 
     def __post_init__(self) -> None:

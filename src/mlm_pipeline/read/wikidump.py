@@ -81,6 +81,9 @@ class WikiOptions:
     namespaces: the namespace numbers kept (``<ns>``; 0 = articles).
     keep_headings: section headings become paragraphs of their own (default: dropped).
     keep_tables: table captions and cells become paragraphs (default: tables dropped).
+    keep_references: keep the reference sections (See also, Notes, References, Further reading,
+    External links, ...) and the list items that are citations (default: dropped; see
+    ``wikitext.is_reference_section`` and ``is_reference_line``).
     skip_disambiguation: drop disambiguation and set-index pages.
     on_decode_error: ``replace``, ``skip`` (counted ``invalid_utf8``) or ``fail``; also for a
     character reference to a UTF-16 surrogate (``&#xD800;``), which is no character.
@@ -90,6 +93,7 @@ class WikiOptions:
     namespaces: frozenset[int] = field(default_factory=lambda: frozenset({0}))
     keep_headings: bool = False
     keep_tables: bool = False
+    keep_references: bool = False
     skip_disambiguation: bool = True
     on_decode_error: str = "replace"
     max_page_bytes: int = MAX_PAGE_BYTES
@@ -913,6 +917,7 @@ def _article(
         page.text,
         keep_headings=options.keep_headings,
         keep_tables=options.keep_tables,
+        keep_references=options.keep_references,
         file_namespaces=files,
         category_namespaces=categories,
     )

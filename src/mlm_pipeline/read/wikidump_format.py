@@ -46,6 +46,7 @@ def wiki_options(options: ReadOptions) -> WikiOptions:
         namespaces=frozenset(int(n) for n in options.wiki_namespaces.split(",") if n.strip()),
         keep_headings=options.wiki_keep_headings,
         keep_tables=options.wiki_keep_tables,
+        keep_references=options.wiki_keep_references,
         on_decode_error=options.on_decode_error,
     )
 

@@ -22,7 +22,12 @@ The order matters, each step assumes the previous ones:
 6. Lines: headings end a paragraph and are dropped (kept as their own paragraph with
    ``keep_headings``); list and indent items (``*#:;``) are paragraphs of their own; other
    lines join into one paragraph until a blank line, as MediaWiki renders them; lines that
-   start with ``|`` (rows of tables that templates open and close) are dropped.
+   start with ``|`` (rows of tables that templates open and close) are dropped. A reference
+   section (See also, Notes, References, Further reading, External links and their like:
+   ``REFERENCE_SECTIONS``) is dropped up to the next heading of its level or higher, and so
+   is a list item that is a citation (a bare URL, an ISBN), unless ``keep_references``: they
+   hold lists of titles, publishers and URLs, not prose (WikiExtractor, by default, drops every
+   list item and so loses them too).
 7. Entities decoded (``&nbsp;``, ``&ndash;``, ``&#91;``); paragraphs without a letter or
    digit dropped.
 
@@ -91,6 +96,7 @@ def clean_wikitext(
     *,
     keep_headings: bool = False,
     keep_tables: bool = False,
+    keep_references: bool = False,
     file_namespaces: Iterable[str] = FILE_NAMESPACES,
     category_namespaces: Iterable[str] = CATEGORY_NAMESPACES,
 ) -> list[str]:
@@ -102,7 +108,7 @@ def clean_wikitext(
     text = _strip_nested_markup(text, keep_tables)
     text = _strip_links(text, _namespace_prefixes(file_namespaces, category_namespaces))
     text = _strip_inline(text)
-    return _paragraphs(text, keep_headings)
+    return _paragraphs(text, keep_headings, keep_references)
 
 
 # --------------------------------------------------------------------------- steps
@@ -412,12 +418,18 @@ def _strip_inline(text: str) -> str:
     return text
 
 
-def _paragraphs(text: str, keep_headings: bool) -> list[str]:
-    """Join text lines into paragraphs; headings, list items and rules end a paragraph."""
+def _paragraphs(text: str, keep_headings: bool, keep_references: bool) -> list[str]:
+    """Join text lines into paragraphs; headings, list items and rules end a paragraph. Unless
+    ``keep_references``, a reference section (``is_reference_section``) is skipped up to the
+    next heading of its level or higher, and so is a list item that is only a citation
+    (``is_reference_line``)."""
     paragraphs: list[str] = []
     current: list[str] = []
+    skipping = 0  # the level of the reference section being skipped (0: none)
     for line in text.split("\n"):
         line = line.strip()
+        if skipping and not (line[:1] == "=" and line[-1] == "="):
+            continue
         if not line:
             if current:
                 _add(paragraphs, " ".join(current))
@@ -431,12 +443,21 @@ def _paragraphs(text: str, keep_headings: bool) -> list[str]:
             _add(paragraphs, " ".join(current))
             current.clear()
         if first == "=":
-            if keep_headings and line[-1] == "=":
-                _add(paragraphs, line.strip("= \t"))
-            elif line[-1] != "=":  # not a heading: text that starts with "="
+            if line[-1] != "=":  # not a heading: text that starts with "="
                 current.append(line)
+                continue
+            title = line.strip("= \t")
+            level = min(len(line) - len(line.lstrip("=")), len(line) - len(line.rstrip("=")))
+            if skipping and level <= skipping:
+                skipping = 0
+            if not skipping and not keep_references and is_reference_section(title):
+                skipping = level
+            elif keep_headings and not skipping:
+                _add(paragraphs, title)
         elif first in "*#:;":
-            _add(paragraphs, line.lstrip("*#:; \t"))
+            item = line.lstrip("*#:; \t")
+            if keep_references or not is_reference_line(item):
+                _add(paragraphs, item)
         elif first == "-":
             rest = line.lstrip("-").strip() if line.startswith("----") else line
             if rest:
@@ -450,6 +471,46 @@ def _paragraphs(text: str, keep_headings: bool) -> list[str]:
 
 
 _STRUCTURE = frozenset("=*#:;-|!")
+
+
+REFERENCE_SECTIONS = frozenset({
+    "see also", "notes", "note", "footnotes", "endnotes", "explanatory notes", "references",
+    "reference", "general references", "additional references", "other references",
+    "secondary references", "citations", "sources", "works cited", "cited works", "cited texts",
+    "cited sources", "bibliography", "bibliographies", "selected bibliography", "further reading",
+    "external links", "external link",
+})
+"""Titles of the sections at the end of an article that hold no prose for a model: where to
+read on, the citations, the links out (Wikipedia's layout guide names them); ``is_reference_section``
+also reads two or more of them joined (``Notes and references``)."""
+
+_TITLE_JOINS = re.compile(r"\s*(?:,|&|\band\b)\s*")
+
+
+def is_reference_section(title: str) -> bool:
+    """Whether a heading's text (markup removed) names a section of ``REFERENCE_SECTIONS``, in
+    any case, with a trailing colon, or several of them joined by ``and``, ``&`` or commas."""
+    if "&" in title:
+        title = html.unescape(title)
+    title = " ".join(title.lower().split()).rstrip(":. ")
+    if title in REFERENCE_SECTIONS:
+        return True
+    parts = [p for p in _TITLE_JOINS.split(title) if p]
+    return len(parts) > 1 and all(p in REFERENCE_SECTIONS for p in parts)
+
+
+_LINK_OUT = re.compile(r"(?:https?|ftps?)://|www\.", re.I)
+_BOOK_NUMBER = re.compile(r"\b(?:ISBN|ISSN)(?:-1[03])?:?[ \t]*[0-9]")
+
+
+def is_reference_line(item: str) -> bool:
+    """Whether a list item's text is a citation: it opens with a bare URL (a link out, with at
+    most its description) or it gives an ISBN or ISSN (a book or an edition in a list): what is
+    left of bibliography entries outside the reference sections. Only list items are tested,
+    never prose paragraphs."""
+    return _LINK_OUT.match(item) is not None or (
+        "IS" in item and _BOOK_NUMBER.search(item) is not None
+    )
 
 
 def _add(paragraphs: list[str], para: str) -> None:
