@@ -526,9 +526,17 @@ def freeze_holding_a_lease(vm: "VM", out: str) -> tuple[int, list] | None:
     from mlm_pipeline.run.layout import marker_url
 
     pid = vm.prepare_pid()
-    if pid is None or not leases_of(out, pid):
+    if pid is None:
         return None
-    os.kill(pid, signal.SIGSTOP)  # frozen: no task finishes and no lease changes hands from here
+    # frozen first, then looked at: no task finishes and no lease changes hands while we look (a
+    # look first missed every task of a quick run, each held for less time than one look takes)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return None
+    if not leases_of(out, pid):
+        os.kill(pid, signal.SIGCONT)
+        return None
     done = set(listing(marker_url(out, "x").rsplit("/", 1)[0]))
     held = [(task, owner) for task, owner in leases_of(out, pid)
             if marker_url(out, task).rsplit("/", 1)[1] not in done]
