@@ -308,7 +308,7 @@ def test_albert_flag_spellings_are_read(tmp_path):
 def _trained(kind: str, path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from conftest import WIKITEXT
+    from conftest import VOCAB, WIKITEXT
     from mlm_pipeline.tokenize.loading import TextTokenizer
 
     lines = [ln.strip() for ln in open(WIKITEXT, encoding="utf-8").readlines()[:1500] if ln.strip()]
@@ -419,3 +419,30 @@ def test_a_scheme_defined_here_is_used_by_prepare(tmp_path):
             ids[p] = original
         first = [j for j, t in enumerate(ids) if t not in special][:len(row["masked_lm_positions"])]
         assert list(row["masked_lm_positions"]) == first
+
+
+@pytest.mark.parametrize("objective", ["packed", "tokens"])
+@pytest.mark.parametrize("scheme", ["ngram", "span"])
+def test_packed_and_token_windows_take_every_scheme(tmp_path, objective, scheme):
+    """RoBERTa's packed rows and plain token windows masked by n-grams or spans in prepare: the
+    masked share is the rate, the manifest records the scheme, and 1 and 2 workers write the same
+    shards."""
+    import pyarrow.parquet as pq
+
+    from conftest import VOCAB, WIKITEXT
+    from mlm_pipeline import prepare
+
+    def run(name, workers):
+        return prepare(inputs=[str(WIKITEXT)], output=str(tmp_path / name), tokenizer=str(VOCAB),
+                       objective=objective, masking="static", masking_scheme=scheme, masked_lm_prob=0.15, max_seq_length=256,
+                       max_predictions_per_seq=60, split_bytes="256KiB", format="parquet", workers=workers,
+                       progress=False, show_progress=False)
+
+    one, two = run("one", 1), run("two", 2)
+    assert one["masking_scheme"]["name"] == scheme
+    assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]]
+    table = pq.read_table([tmp_path / "one" / s["path"] for s in one["shards"]][0])
+    lengths = np.array([sum(m) for m in table.column("input_mask").to_pylist()])
+    masked = np.array([sum(w) for w in table.column("masked_lm_weights").to_pylist()])
+    share = masked.sum() / (lengths - 2).sum()  # of the tokens a mask may fall on ([CLS]/[SEP] never)
+    assert 0.13 < share < 0.17, share
