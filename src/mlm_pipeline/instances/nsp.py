@@ -254,10 +254,12 @@ def build_nsp_instances(
     return InstanceBatch.unmasked(ids, seg, offsets, labels_arr), stats
 
 
-def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
-    """The ``nsp`` objective: ``dupe_factor`` passes over the block, instances shuffled."""
+def build_pairs(docs: TokenizedDocs, ctx: BuildContext, *,
+                sentence_order: bool = False) -> tuple[InstanceBatch, PairStats]:
+    """``dupe_factor`` passes of the run's pairs over the block, instances shuffled: BERT's
+    (``nsp``), or with ``sentence_order`` ALBERT's (``sop``)."""
     settings = ctx.settings
-    batch, stats = build_nsp_instances(
+    return build_nsp_instances(
         docs,
         max_seq_length=settings.max_seq_length,
         short_seq_prob=settings.short_seq_prob,
@@ -266,7 +268,13 @@ def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
         sep_id=ctx.special.sep,
         rng=ctx.rng,
         shuffle=True,
+        sentence_order=sentence_order,
     )
+
+
+def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
+    """The ``nsp`` objective: :func:`build_pairs`, BERT's."""
+    batch, stats = build_pairs(docs, ctx)
     return batch, stats.to_dict()
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from mlm_pipeline.instances.albert_reference import ALBERT_REFERENCE
 from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs
 from mlm_pipeline.instances.batch import InstanceBatch
-from mlm_pipeline.instances.nsp import build_nsp_instances
+from mlm_pipeline.instances.nsp import build_pairs
 from mlm_pipeline.tokenize.albert_rules import UNDERLINE, kind_table
 
 
@@ -67,19 +67,9 @@ def with_token_boundary(batch: InstanceBatch, table: np.ndarray) -> InstanceBatc
 
 
 def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
-    """The ``sop`` objective: ``dupe_factor`` passes over the block, instances shuffled."""
-    settings = ctx.settings
-    batch, stats = build_nsp_instances(
-        docs,
-        max_seq_length=settings.max_seq_length,
-        short_seq_prob=settings.short_seq_prob,
-        dupe_factor=settings.dupe_factor,
-        cls_id=ctx.special.cls,
-        sep_id=ctx.special.sep,
-        rng=ctx.rng,
-        shuffle=True,
-        sentence_order=not settings.random_next_sentence,
-    )
+    """The ``sop`` objective: nsp's pairs (:func:`~mlm_pipeline.instances.nsp.build_pairs`) in
+    ALBERT's sentence order, or BERT's with ``--random-next-sentence``, and ALBERT's ``token_boundary``."""
+    batch, stats = build_pairs(docs, ctx, sentence_order=not ctx.settings.random_next_sentence)
     return with_token_boundary(batch, boundary_table(ctx.tokenizer)), stats.to_dict()
 
 
