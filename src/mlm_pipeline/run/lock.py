@@ -22,7 +22,7 @@ from mlm_pipeline import fs
 from mlm_pipeline.errors import OutputError
 from mlm_pipeline.run import layout
 
-__all__ = ["RunLock"]
+__all__ = ["RunLock", "refuse_a_file_as_output"]
 
 
 class RunLock:
@@ -42,11 +42,7 @@ class RunLock:
         import fcntl
 
         _, directory = fs.get_fs(self.output)
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            from mlm_pipeline.config import flag_for
-
-            raise OutputError(f"the output {self.output} is a file, not a directory: give a directory for "
-                              f"{flag_for('output')} (it receives the shards, the task markers and manifest.json)")
+        refuse_a_file_as_output(self.output)
         try:
             self._made = _missing_dirs(directory)
             os.makedirs(directory, exist_ok=True)
@@ -128,6 +124,16 @@ class RunLock:
                 pass
         os.close(self._fd)  # releases the lock
         self._fd = self._path = None
+
+
+def refuse_a_file_as_output(output: str) -> None:
+    """:class:`OutputError` when a local ``output`` given to ``prepare`` is a file, named as the
+    user spelt the flag (``--output_file`` on Google's command line)."""
+    from mlm_pipeline.config import flag_for
+
+    if fs.is_local(output) and os.path.isfile(fs.get_fs(output)[1]):
+        raise OutputError(f"the output {output} is a file, not a directory: give a directory for "
+                          f"{flag_for('output')} (it receives the shards, the task markers and manifest.json)")
 
 
 def _missing_dirs(directory: str) -> list[str]:

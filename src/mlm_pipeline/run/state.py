@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
 from mlm_pipeline.run import layout
+from mlm_pipeline.run.lock import refuse_a_file_as_output
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer, missing_unk_message
 from mlm_pipeline.formats.sink import clean_tmp
@@ -300,10 +300,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
     the output).
     """
     url = layout.run_url(config.output)
-    if fs.is_local(config.output):
-        local = fs.get_fs(config.output)[1]
-        if os.path.exists(local) and not os.path.isdir(local):
-            raise OutputError(f"the output {config.output} is a file, not a directory: give a directory for --output")
+    refuse_a_file_as_output(config.output)
     try:
         existing = json.loads(fs.read_bytes(url)) if fs.exists(url) else None
     except (OSError, json.JSONDecodeError) as exc:
