@@ -207,3 +207,35 @@ def test_readers_come_from_the_recorded_format_not_the_file_name(json_lines, tmp
     (tmp_path / "lone.bin").write_bytes(lone.read_bytes())
     with pytest.raises(InspectError, match=r"lone.bin: not a shard of a known output format \(\.tfrecord, \.parquet, \.jsonl\)"):
         list(inspect_lines(str(tmp_path / "lone.bin"), n=1, tokenizer=None, do_lower_case=None, as_json=True))
+
+
+def _line_index(manifest: dict) -> dict[str, bytes]:
+    """A run-level index, as MDS's index.json is: every shard with its rows, in the run's order."""
+    rows = [{"path": s["path"], "rows": s["instances"]} for s in manifest["shards"]]
+    return {"index.jsonl": b"".join(json.dumps(r).encode() + b"\n" for r in rows)}
+
+
+def test_a_format_s_run_files_are_written_from_the_manifest_before_it(tmp_path):
+    """A format's ``run_files`` (an index of its shards) lie beside the shards once the manifest
+    exists, built from the manifest; ``finalize --force`` writes the same bytes again."""
+    from mlm_pipeline.run.manifest import finalize
+
+    seen_manifest_missing = []
+
+    def index_before_manifest(manifest: dict) -> dict[str, bytes]:
+        seen_manifest_missing.append(not (tmp_path / "jl" / "manifest.json").exists())
+        return _line_index(manifest)
+
+    register_output_format(OutputFormat(name="jsonl", open_writer=JsonLinesWriter, read_shard=read_json_lines,
+                                        run_files=index_before_manifest))
+    try:
+        manifest = _prepare(tmp_path / "jl", "jsonl")
+        index = (tmp_path / "jl" / "index.jsonl").read_bytes()
+        assert index == _line_index(manifest)["index.jsonl"]
+        assert [json.loads(line)["rows"] for line in index.splitlines()] == [s["instances"] for s in manifest["shards"]]
+        assert seen_manifest_missing == [True]
+        (tmp_path / "jl" / "index.jsonl").unlink()
+        finalize(str(tmp_path / "jl"), force=True)
+        assert (tmp_path / "jl" / "index.jsonl").read_bytes() == index
+    finally:
+        unregister_output_format("jsonl")

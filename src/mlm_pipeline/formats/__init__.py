@@ -35,6 +35,7 @@ __all__ = [
     "output_format_for_file",
     "output_format_names",
     "register_output_format",
+    "run_files",
     "unregister_output_format",
 ]
 
@@ -99,3 +100,10 @@ def output_format_for_file(path: str) -> OutputFormat | None:
         if re.search(rf"\.{re.escape(name)}(-\d+-of-\d+)?$", path):
             return get_output_format(name)
     return None
+
+
+def run_files(manifest: dict) -> dict[str, bytes]:
+    """The files a finished run holds beside its shards and ``manifest.json`` (relative path ->
+    bytes), from its manifest alone: those of its format (:attr:`OutputFormat.run_files`)."""
+    output_format = get_output_format(manifest["format"])
+    return dict(output_format.run_files(manifest)) if output_format.run_files is not None else {}

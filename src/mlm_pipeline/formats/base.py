@@ -94,6 +94,11 @@ class OutputFormat:
         read_layout: ``read_layout(url, lengths) -> ShardLayout`` without reading the rows'
             data; ``None``: :meth:`layout` takes the shard as one row group and, for lengths,
             reads it whole.
+        run_files: ``run_files(manifest) -> {relative path: bytes}``, the files a format's own
+            readers need beside the shards (an index of every shard, say), built from the
+            manifest alone, never from its ``created`` time, so that every finisher of a run
+            writes the same bytes. They are written before ``manifest.json``: a reader that
+            finds the manifest finds them too. ``None``: the shards are all there is.
     """
 
     name: str
@@ -101,6 +106,7 @@ class OutputFormat:
     read_shard: Callable[[str], InstanceBatch]
     open_rows: Callable[..., ShardRows] | None = None
     read_layout: Callable[[str, bool], ShardLayout] | None = None
+    run_files: Callable[[dict], dict[str, bytes]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -111,7 +117,7 @@ class OutputFormat:
         for field in ("open_writer", "read_shard"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable")
-        for field in ("open_rows", "read_layout"):
+        for field in ("open_rows", "read_layout", "run_files"):
             if getattr(self, field) is not None and not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable or None")
 

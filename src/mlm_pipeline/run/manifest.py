@@ -20,6 +20,7 @@ from typing import Iterable
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import IncompleteRun, InspectError
+from mlm_pipeline.formats import run_files
 from mlm_pipeline.formats.sink import tidy_tmp
 from mlm_pipeline.masking import scheme_record
 from mlm_pipeline.plan import Plan
@@ -112,9 +113,19 @@ def write_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
     except (OSError, InspectError):  # unreadable or damaged: written anew
         existing = None
     if existing is not None and {**existing, "created": None} == {**manifest, "created": None}:
+        write_run_files(config.output, existing)
         return existing
+    write_run_files(config.output, manifest)
     fs.atomic_write_bytes(url, _encode(manifest))
     return manifest
+
+
+def write_run_files(output: str, manifest: dict) -> None:
+    """Write the run's files beside its shards (:func:`mlm_pipeline.formats.run_files`), each
+    atomically; called before ``manifest.json`` is written. Every finisher writes the same bytes,
+    so two that finish together leave the same files."""
+    for relative, data in run_files(manifest).items():
+        fs.atomic_write_bytes(fs.join(output, relative), data)
 
 
 def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict],
@@ -123,6 +134,7 @@ def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: C
     if overwrite:
         return write_manifest(config, record, plan, done, keep_same=False)
     manifest = build_manifest(config, record, plan, done)
+    write_run_files(config.output, manifest)
     if cas.create_bytes(layout.manifest_url(config.output), _encode(manifest)):
         return manifest
     return None
@@ -221,4 +233,4 @@ def finalize(output: str, *, force: bool = False) -> tuple[dict, bool]:
 
 
 __all__ = ["build_manifest", "collect_completed", "finalize", "finalize_if_complete", "read_manifest",
-           "write_manifest", "write_manifest_once"]
+           "write_manifest", "write_manifest_once", "write_run_files"]
