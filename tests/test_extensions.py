@@ -47,7 +47,7 @@ class PipeDocs(InputFormat):
 
 
 class JsonRowsWriter:
-    def __init__(self, f, *, max_seq_length: int, max_predictions: int):
+    def __init__(self, f, *, max_seq_length: int, max_predictions: int, **_settings):
         self.f = f
 
     def write(self, batch: InstanceBatch) -> None:

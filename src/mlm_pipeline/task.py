@@ -255,7 +255,8 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
     # ELECTRA's layout (three features) has no masked-LM slots at all
     sequence_only = get_objective(config.objective).writes_sequence_features_only(config.masking)
     sink = open_sink(config, task.task_id, task_index=task.index, task_count=task.count,
-                     max_predictions=0 if sequence_only else config.max_predictions_per_seq)
+                     max_predictions=0 if sequence_only else config.max_predictions_per_seq,
+                     vocab_size=tok.vocab_size)
     last = {"documents": 0, "bytes": 0, "tokens": 0}
 
     def report() -> None:

@@ -35,7 +35,7 @@ from mlm_pipeline.pipeline import run_prepare
 
 
 class JsonLinesWriter:
-    def __init__(self, f, *, max_seq_length: int, max_predictions: int):
+    def __init__(self, f, *, max_seq_length: int, max_predictions: int, **_settings):
         self.f = f
 
     def write(self, batch: InstanceBatch) -> None:
@@ -239,3 +239,19 @@ def test_a_format_s_run_files_are_written_from_the_manifest_before_it(tmp_path):
         assert (tmp_path / "jl" / "index.jsonl").read_bytes() == index
     finally:
         unregister_output_format("jsonl")
+
+
+def test_a_writer_is_told_the_tokenizer_s_vocabulary_size(tmp_path):
+    """Formats whose id type follows the vocabulary (uint16 or uint32) are told its size."""
+    sizes = []
+
+    def open_writer(f, **settings):
+        sizes.append(settings["vocab_size"])
+        return JsonLinesWriter(f, **settings)
+
+    register_output_format(OutputFormat(name="jsonl", open_writer=open_writer, read_shard=read_json_lines))
+    try:
+        _prepare(tmp_path / "jl", "jsonl")
+    finally:
+        unregister_output_format("jsonl")
+    assert sizes and set(sizes) == {30522}

@@ -81,8 +81,10 @@ class OutputFormat:
     Attributes:
         name: the manifest's ``format`` value and the shard files' extension (``part-….NAME``):
             lowercase letters, digits and ``_``.
-        open_writer: ``open_writer(f, *, max_seq_length, max_predictions) -> ShardWriter`` for an
-            open binary file ``f`` (the limits are those of the run; a format may ignore them).
+        open_writer: ``open_writer(f, *, max_seq_length, max_predictions, vocab_size, **_) ->
+            ShardWriter`` for an open binary file ``f`` (the limits are those of the run, and
+            ``vocab_size`` its tokenizer's, ``None`` when unknown; a format may ignore them, and
+            takes ``**_`` for settings added later).
             ``max_predictions`` 0 means the run's instances carry no masks and no NSP labels and
             the layout has no masked-LM slots (ELECTRA's): TFRecord then writes only
             ``input_ids``, ``input_mask`` and ``segment_ids``.

@@ -126,7 +126,8 @@ class ParquetShardWriter:
     first block's (with ``token_boundary`` for ``sop``), so the file is opened on the first write.
     """
 
-    def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, max_predictions: int | None = None):
+    def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, max_predictions: int | None = None,
+                 **_settings):
         self._f = f
         self._writer: pq.ParquetWriter | None = None
 

@@ -231,12 +231,14 @@ class ShardSink:
         max_instances_per_shard: int,
         max_seq_length: int,
         max_predictions: int,
+        vocab_size: int | None = None,
     ):
         self.output = output
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.limit = max_instances_per_shard
-        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions}
+        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
+                            "vocab_size": vocab_size}
         self.tmp_dir = tmp_dir_for(output)
         self.shards: list[dict] = []
         self._writer = None
@@ -338,6 +340,7 @@ class OutFilesSink:
         num_out_files: int,
         max_seq_length: int,
         max_predictions: int,
+        vocab_size: int | None = None,
     ):
         if num_out_files < task_count:
             raise ConfigError(
@@ -347,7 +350,8 @@ class OutFilesSink:
         self.output = output
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
-        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions}
+        self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
+                            "vocab_size": vocab_size}
         self.indices = list(range(task_index, num_out_files, task_count))
         self.names = [layout.out_file_name(i, num_out_files) for i in self.indices]
         tmp = tmp_dir_for(output)
@@ -393,15 +397,17 @@ class OutFilesSink:
                 os.unlink(path)
 
 
-def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_predictions: int):
-    """The sink a run's settings ask for: ELECTRA's output files with ``num_out_files``, else shards."""
+def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_predictions: int,
+              vocab_size: int | None = None):
+    """The sink a run's settings ask for: ELECTRA's output files with ``num_out_files``, else shards.
+    ``vocab_size``: the tokenizer's, for formats whose id type follows it."""
     if config.num_out_files is not None:
         return OutFilesSink(
             config.output, task_id, fmt=config.format, task_index=task_index, task_count=task_count,
             num_out_files=config.num_out_files, max_seq_length=config.max_seq_length,
-            max_predictions=max_predictions,
+            max_predictions=max_predictions, vocab_size=vocab_size,
         )
     return ShardSink(
         config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
-        max_seq_length=config.max_seq_length, max_predictions=max_predictions,
+        max_seq_length=config.max_seq_length, max_predictions=max_predictions, vocab_size=vocab_size,
     )

@@ -76,7 +76,7 @@ class TFRecordShardWriter:
     ELECTRA's records, the three sequence features only; otherwise BERT's seven features.
     """
 
-    def __init__(self, f: BinaryIO, *, max_seq_length: int, max_predictions: int):
+    def __init__(self, f: BinaryIO, *, max_seq_length: int, max_predictions: int, **_settings):
         self._f = f
         self._seq = max_seq_length
         self._pred = max_predictions
