@@ -79,3 +79,29 @@ def test_gather_ranges_is_the_concatenated_slices_of_each_source(monkeypatch, st
 def test_gather_ranges_refuses_a_range_outside_its_source(start, length):
     with pytest.raises(IndexError):
         gather_ranges((np.arange(500),), np.array([0, start]), np.array([5, length]))
+
+
+def _with_documents_and_languages() -> InstanceBatch:
+    """Three packed rows: 2, 1 and 3 documents, languages en/zh/en."""
+    lengths = np.array([6, 4, 9])
+    batch = InstanceBatch.unmasked(np.arange(19, dtype=np.int32), np.zeros(19, np.int8), lengths_to_offsets(lengths))
+    batch.document_starts = np.array([0, 3, 0, 0, 2, 5], np.int32)
+    batch.document_offsets = lengths_to_offsets(np.array([2, 1, 3]))
+    batch.languages = np.array(["en", "zh", "en"])
+    return batch
+
+
+def test_document_starts_and_languages_follow_their_rows_through_take_slice_and_concat():
+    batch = _with_documents_and_languages()
+    rows = [batch.row(i) for i in range(3)]
+    assert rows[0]["document_starts"] == [0, 3] and rows[2]["document_starts"] == [0, 2, 5]
+    assert [r["language"] for r in rows] == ["en", "zh", "en"]
+    assert batch.cu_seqlens(2).tolist() == [0, 2, 5, 9] and batch.cu_seqlens(1).tolist() == [0, 4]
+    taken = batch.take(np.array([2, 0, 1]))
+    assert [taken.row(i) for i in range(3)] == [rows[2], rows[0], rows[1]]
+    sliced = batch.slice(1, 3)
+    assert [sliced.row(i) for i in range(2)] == rows[1:]
+    joined = InstanceBatch.concat([batch.slice(0, 1), batch.slice(1, 3)])
+    assert [joined.row(i) for i in range(3)] == rows
+    plain = InstanceBatch.unmasked(np.arange(5, dtype=np.int32), np.zeros(5, np.int8), lengths_to_offsets(np.array([5])))
+    assert plain.cu_seqlens(0).tolist() == [0, 5] and "document_starts" not in plain.row(0)

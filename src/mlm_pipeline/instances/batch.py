@@ -110,6 +110,14 @@ class InstanceBatch:
     ``None`` for objectives without NSP. An unmasked batch has empty masked arrays and
     ``masked_offsets`` of zeros. ``token_boundary`` (ALBERT's feature, ``sop`` only, else
     ``None``) is 1 per token that starts a word, ``[CLS]`` and ``[SEP]``, 0 per continuation.
+
+    Two optional fields for today's recipes, ``None`` where an objective has none:
+
+    - ``document_starts[document_offsets[i]:document_offsets[i+1]]``: the positions in row ``i``
+      where each of its documents begins, ascending, the first 0. With the row's length appended
+      they are FlashAttention's ``cu_seqlens`` for that row: a packed row's tokens attend within
+      their own document only.
+    - ``languages``: each row's language code (``"en"``, ``"zh"``), a numpy string array.
     """
 
     input_ids: np.ndarray  # int32 [total_tokens]
@@ -120,6 +128,9 @@ class InstanceBatch:
     masked_offsets: np.ndarray  # int64 [n + 1]
     next_sentence_labels: np.ndarray | None  # int8 [n] or None
     token_boundary: np.ndarray | None = None  # int8 [total_tokens] or None
+    document_starts: np.ndarray | None = None  # int32 [total_documents] or None
+    document_offsets: np.ndarray | None = None  # int64 [n + 1] or None (with document_starts)
+    languages: np.ndarray | None = None  # str [n] or None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -172,7 +183,20 @@ class InstanceBatch:
             out["next_sentence_label"] = int(self.next_sentence_labels[i])
         if self.token_boundary is not None:
             out["token_boundary"] = self.token_boundary[s:e].tolist()
+        if self.document_starts is not None:
+            ds, de = self.document_offsets[i], self.document_offsets[i + 1]
+            out["document_starts"] = self.document_starts[ds:de].tolist()
+        if self.languages is not None:
+            out["language"] = str(self.languages[i])
         return out
+
+    def _documents_of(self, order: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``document_starts`` and ``document_offsets`` of the rows ``order``, in that order."""
+        if self.document_starts is None:
+            return None, None
+        counts = np.diff(self.document_offsets)[order]
+        (starts,) = gather_ranges((self.document_starts,), self.document_offsets[:-1][order], counts)
+        return starts, lengths_to_offsets(counts)
 
     def take(self, order: np.ndarray) -> "InstanceBatch":
         """Rows in the given order (used to shuffle instances within a task)."""
@@ -181,6 +205,7 @@ class InstanceBatch:
         mlens = self.masked_counts[order]
         sources = (self.input_ids, self.segment_ids) + (() if self.token_boundary is None else (self.token_boundary,))
         input_ids, segment_ids, *boundary = gather_ranges(sources, self.offsets[:-1][order], lens)
+        documents = self._documents_of(order)
         positions, masked_ids = gather_ranges((self.masked_lm_positions, self.masked_lm_ids),
                                               self.masked_offsets[:-1][order], mlens)
         return InstanceBatch(
@@ -194,6 +219,9 @@ class InstanceBatch:
             if self.next_sentence_labels is None
             else self.next_sentence_labels[order],
             token_boundary=boundary[0] if boundary else None,
+            document_starts=documents[0],
+            document_offsets=documents[1],
+            languages=None if self.languages is None else self.languages[order],
         )
 
     def slice(self, start: int, stop: int) -> "InstanceBatch":
@@ -211,6 +239,11 @@ class InstanceBatch:
             if self.next_sentence_labels is None
             else self.next_sentence_labels[start:stop],
             token_boundary=None if self.token_boundary is None else self.token_boundary[s:e],
+            document_starts=None if self.document_starts is None
+            else self.document_starts[int(self.document_offsets[start]):int(self.document_offsets[stop])],
+            document_offsets=None if self.document_offsets is None
+            else self.document_offsets[start : stop + 1] - self.document_offsets[start],
+            languages=None if self.languages is None else self.languages[start:stop],
         )
 
     @staticmethod
@@ -236,7 +269,21 @@ class InstanceBatch:
             next_sentence_labels=nsp,
             token_boundary=None if batches[0].token_boundary is None
             else np.concatenate([b.token_boundary for b in batches]),
+            document_starts=None if batches[0].document_starts is None
+            else np.concatenate([b.document_starts for b in batches]),
+            document_offsets=None if batches[0].document_offsets is None
+            else lengths_to_offsets(np.concatenate([np.diff(b.document_offsets) for b in batches])),
+            languages=None if batches[0].languages is None else np.concatenate([b.languages for b in batches]),
         )
+
+    def cu_seqlens(self, i: int) -> np.ndarray:
+        """Row ``i``'s document boundaries with its length appended (FlashAttention's
+        ``cu_seqlens`` for that row alone); one document, ``[0, length]``, without documents."""
+        length = int(self.offsets[i + 1] - self.offsets[i])
+        if self.document_starts is None:
+            return np.array([0, length], np.int32)
+        ds, de = int(self.document_offsets[i]), int(self.document_offsets[i + 1])
+        return np.append(self.document_starts[ds:de], length).astype(np.int32)
 
     def padded(self, max_seq_length: int, max_predictions: int, *, compact: bool = False,
                with_ids: bool = True) -> dict[str, np.ndarray]:
