@@ -262,3 +262,31 @@ def test_a_cache_size_the_program_chose_is_kept():
             "from mlm_pipeline.tokenize import TextTokenizer; tok = TextTokenizer(sys.argv[1]); "
             "assert tok.encoder.name == 'nanotoken'; print(nanotoken.get_cache_entries())")
     assert int(_in_fresh_process(code)) == 1 << 15
+
+
+def test_chinese_texts_take_the_character_table_and_give_hf_s_ids():
+    """Mostly-CJK texts go through the table of isolated characters, the runs between them
+    through nanotoken, and mixed batches keep their order; the ids are HF's exactly, on the
+    novel, on English beside it, and on the edges of the split (added tokens and accents next to
+    ideographs, punctuation newer than HF's Unicode tables, astral ideographs, empty texts)."""
+    from conftest import DATA, WIKITEXT
+    from mlm_pipeline.tokenize.backends.hf import HFEncoder
+
+    chinese = [s.strip() for s in (DATA / "hongloumeng-300KB.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
+    english = [s.strip() for s in WIKITEXT.read_text(encoding="utf-8").splitlines()[:3000] if s.strip()]
+    edges = ["中[MASK]文", "中[mask]文[SEP]", "[CLS]中", "a中b", "ΣΑΣ中", "中\u0301x", "中\u0301", "\u037e中;",
+             "中\u061d文\u2e43", "\U00020000中\U0002a6d6", "中\x00文\ufffd", "", "中", "  中  ", "中 文", "Ａ中ｂ",
+             "caf\u00e9中", "中\u3000文。", "１２３中４５６", "中" * 300, "中文" + "x" * 150]
+    texts = [t for pair in zip(chinese, english) for t in pair] + chinese[len(english):] + edges + list(PROBES)
+    tok = load_tokenizer(str(VOCAB), backend="nanotoken")
+    fast = NanotokenEncoder(tok.tokenizer)
+    assert fast._table is not None
+    reference = HFEncoder(tok.tokenizer, ascii_route=False)
+    for batch in (texts, chinese, edges, english[:100]):
+        ids, lengths = fast.encode_batch(batch)
+        ref_ids, ref_lengths = reference.encode_batch(batch)
+        np.testing.assert_array_equal(lengths, ref_lengths)
+        np.testing.assert_array_equal(ids, ref_ids)
+    # the novel's characters were looked up in the table, not encoded one line at a time
+    assert (fast._table.ids[[ord(c) for c in "贾宝玉林黛玉，。"]] >= 0).all()
+    assert fast._table.ids[ord("[")] == -1 and fast._table.ids[0x61D] == -1  # in [MASK]; newer than HF's tables

@@ -3,7 +3,9 @@
 It is built from the HF tokenizer's own ``tokenizer.json`` (normaliser, pre-tokeniser, vocab,
 added tokens), so both see one configuration; configurations it does not implement raise
 ``UnsupportedTokenizerError`` when loading, and the caller keeps HF. It runs on the calling
-thread (``parallel=False``): the pipeline's parallelism is its worker processes.
+thread (``parallel=False``): the pipeline's parallelism is its worker processes. Texts made mostly
+of characters BERT isolates (Chinese, Japanese) take its character table instead
+(:mod:`~mlm_pipeline.tokenize.backends.single_chars`), with only the runs between them encoded.
 
 Its encodings of whitespace-delimited chunks are cached per thread, in two tables (raw chunks and
 normalised words) of up to ``nanotoken``'s default of 2**20 entries each. On text with a long
@@ -20,6 +22,9 @@ import os
 
 import numpy as np
 from tokenizers import Tokenizer
+
+from mlm_pipeline.instances.batch import lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.tokenize.backends.single_chars import MIN_SHARE, SingleCharTable
 
 CACHE_ENTRIES = 1 << 19
 """Entries per cache table: on text with a long tail of distinct words, as fast as nanotoken's
@@ -48,6 +53,10 @@ class NanotokenEncoder:
 
         cap_cache()
         self._backend = WordPieceTokenizer.from_json(tokenizer.to_str())
+        try:
+            self._table: SingleCharTable | None = SingleCharTable(tokenizer)
+        except ValueError:  # not BERT's normaliser and pre-tokeniser: no table, same ids
+            self._table = None
 
     @staticmethod
     def version() -> str:
@@ -55,8 +64,31 @@ class NanotokenEncoder:
 
         return version("nanotoken")
 
-    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         ids, offsets = self._backend.encode_batch(texts, add_special_tokens=False, parallel=False)
         return ids.astype(np.int32), np.diff(offsets)
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        wide = [i for i, t in enumerate(texts) if not t.isascii()] if self._table is not None else []
+        if wide:
+            shares = self._table.shares([texts[i] for i in wide])
+            wide = [i for i, share in zip(wide, shares.tolist()) if share >= MIN_SHARE]
+        if not wide:
+            return self._encode(texts)
+        if len(wide) == len(texts):
+            return self._table.encode_batch(texts, self._encode)
+        in_table = np.zeros(len(texts), bool)
+        in_table[wide] = True
+        rest = np.flatnonzero(~in_table)
+        ids_t, lens_t = self._table.encode_batch([texts[i] for i in wide], self._encode)
+        ids_r, lens_r = self._encode([texts[i] for i in rest.tolist()])
+        # back in the texts' order: both parts' rows, each from its own ids
+        lengths = np.empty(len(texts), np.int64)
+        lengths[wide], lengths[rest] = lens_t, lens_r
+        starts = lengths_to_offsets(lengths)[:-1]
+        ids = np.empty(int(lengths.sum()), np.int32)
+        ids[ranges_to_indices(starts[wide], lens_t)] = ids_t
+        ids[ranges_to_indices(starts[rest], lens_r)] = ids_r
+        return ids, lengths
