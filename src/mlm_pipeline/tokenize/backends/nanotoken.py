@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from mlm_pipeline.instances.batch import lengths_to_offsets, ranges_to_indices
-from mlm_pipeline.tokenize.backends.single_chars import MIN_SHARE, SingleCharTable
+from mlm_pipeline.tokenize.backends.single_chars import SingleCharTable
 
 CACHE_ENTRIES = 1 << 19
 """Entries per cache table: on text with a long tail of distinct words, as fast as nanotoken's
@@ -71,10 +71,8 @@ class NanotokenEncoder:
         return ids.astype(np.int32), np.diff(offsets)
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        # ASCII texts (str.isascii is O(1)) hold no table character
         wide = [i for i, t in enumerate(texts) if not t.isascii()] if self._table is not None else []
-        if wide:
-            shares = self._table.shares([texts[i] for i in wide])
-            wide = [i for i, share in zip(wide, shares.tolist()) if share >= MIN_SHARE]
         if not wide:
             return self._encode(texts)
         if len(wide) == len(texts):

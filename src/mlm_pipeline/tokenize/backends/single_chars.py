@@ -62,14 +62,15 @@ class SingleCharTable:
         self._added = "".join(t.content for t in tok.get_added_tokens_decoder().values())
         self.ids = np.full(TABLE_SIZE, _UNCHECKED, np.int32)
         self.ids[[ord(c) for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 "]] = _OTHER
+        self.ids[TABLE_SIZE - 1] = _OTHER  # a noncharacter, and where code points beyond the BMP land
 
     def _lookup(self, cps: np.ndarray) -> np.ndarray:
         """Each code point's id, or ``_OTHER``; checks the characters seen for the first time."""
-        table = np.where(cps < TABLE_SIZE, self.ids[np.minimum(cps, TABLE_SIZE - 1)], _OTHER)
+        table = self.ids.take(cps, mode="clip")  # beyond the BMP: U+FFFF's entry, "other"
         new = table == _UNCHECKED
         if new.any():
             self._check(np.unique(cps[new]).tolist())
-            table[new] = self.ids[cps[new]]
+            table[new] = self.ids.take(cps[new], mode="clip")
         return table
 
     def _check(self, cps: list[int]) -> None:
@@ -108,24 +109,24 @@ class SingleCharTable:
         words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(f"a{ch}a"))]
         return words == ["a", ch, "a"]
 
-    def shares(self, texts: list[str]) -> np.ndarray:
-        """Each text's share of table characters."""
-        cps = np.frombuffer("".join(texts).encode("utf-32-le"), np.uint32)
-        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
-        hits = self._lookup(cps) >= 0
-        counts = np.add.reduceat(hits, lengths_to_offsets(lengths)[:-1]) if len(cps) else np.zeros(len(texts))
-        counts = np.where(lengths > 0, counts, 0)  # (reduceat repeats a value for an empty range)
-        return counts / np.maximum(lengths, 1)
-
-    def encode_batch(self, texts: list[str], encode_runs) -> tuple[np.ndarray, np.ndarray]:
+    def encode_batch(self, texts: list[str], encode_runs, min_share: float = MIN_SHARE) -> tuple[np.ndarray, np.ndarray]:
         """Ids and per-text lengths: table characters from the table, the runs of other
-        characters between them through ``encode_runs(list[str]) -> (ids, lengths)``."""
+        characters between them through ``encode_runs(list[str]) -> (ids, lengths)``; a text
+        with less than ``min_share`` table characters is one run."""
         joined = "".join(texts)
         cps = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
         n = len(cps)
         text_starts = lengths_to_offsets(np.fromiter(map(len, texts), np.int64, len(texts)))
         table = self._lookup(cps)
         single = table >= 0
+        if min_share:
+            hits = np.concatenate([[0], np.cumsum(single)])
+            hits = hits[text_starts[1:]] - hits[text_starts[:-1]]
+            few = hits < min_share * np.diff(text_starts)
+            if few.all():
+                return encode_runs(texts)
+            if few.any():
+                single &= ~np.repeat(few, np.diff(text_starts))
         # a unit starts at every table character, at the first character of each run of others,
         # and at every text's start
         starts = single.copy()
@@ -145,7 +146,10 @@ class SingleCharTable:
         ids = np.empty(int(out_starts[-1]), np.int32)
         ids[out_starts[:-1][unit_single]] = table[unit_starts[unit_single]]
         ids[ranges_to_indices(out_starts[:-1][runs], run_lengths)] = run_ids
-        # each unit's text: units never cross a text's start
-        unit_text = np.searchsorted(text_starts, unit_starts, side="right") - 1
-        lengths = np.bincount(unit_text, weights=unit_lengths, minlength=len(texts)).astype(np.int64)
-        return ids, lengths
+        # a text's ids start where its first unit's do (units never cross a text's start; an
+        # empty text's "first unit" is the next text's)
+        unit_at = np.empty(n + 1, np.int64)
+        np.cumsum(starts, out=unit_at[:n])
+        unit_at[:n] -= 1
+        unit_at[n] = len(unit_starts)
+        return ids, np.diff(out_starts[unit_at[text_starts]])
