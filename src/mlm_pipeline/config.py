@@ -269,6 +269,13 @@ class PrepareConfig(BaseModel):
     random_next_sentence: bool = setting(
         False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
         google="random_next_sentence")
+    packing: Literal["sentences", "best-fit"] = setting(
+        "sentences", "instances", "packed: sentences: whole sentences fill each row in reading order (RoBERTa's). "
+        "best-fit: whole documents, each [CLS] doc [SEP] (split at --max-seq-length), placed into rows to leave "
+        "the least padding. Rows record where their documents start.")
+    cross_document: bool = setting(
+        True, "instances", "packed: a row may end one document and start the next (RoBERTa's FULL-SENTENCES); "
+        "--no-cross-document: never (DOC-SENTENCES).")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
@@ -401,6 +408,9 @@ class PrepareConfig(BaseModel):
         if self.random_next_sentence and self.objective != "sop":
             raise ValueError(f"--random-next-sentence chooses ALBERT's variant of --objective sop; "
                              f"--objective {self.objective} does not use it")
+        if (self.packing != "sentences" or not self.cross_document) and self.objective != "packed":
+            raise ValueError(f"--packing and --no-cross-document choose how --objective packed packs; "
+                             f"--objective {self.objective} does not use them")
         check = get_objective(self.objective).check
         if check is not None:
             check(self)
