@@ -270,12 +270,9 @@ class PrepareConfig(BaseModel):
         False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
         google="random_next_sentence")
     packing: Literal["sentences", "best-fit"] = setting(
-        "sentences", "instances", "packed: sentences: whole sentences fill each row in reading order (RoBERTa's). "
-        "best-fit: whole documents, each [CLS] doc [SEP] (split at --max-seq-length), placed into rows to leave "
-        "the least padding. Rows record where their documents start.")
+        "sentences", "instances", "packed: sentences (RoBERTa's) or best-fit (whole documents, least padding).")
     cross_document: bool = setting(
-        True, "instances", "packed: a row may end one document and start the next (RoBERTa's FULL-SENTENCES); "
-        "--no-cross-document: never (DOC-SENTENCES).")
+        True, "instances", "packed: rows may span documents (FULL-SENTENCES); off: never (DOC-SENTENCES).")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "

@@ -90,3 +90,19 @@ def test_best_fit_packs_whole_documents_each_cls_to_sep_and_splits_long_ones():
     # every token once, each document's pieces in order
     flat = sorted(t for i in range(len(batch)) for t in batch.row(i)["input_ids"] if t not in (CLS, SEP))
     assert flat == list(range(1000, 1023))
+
+
+def test_packing_settings_belong_to_packed_and_best_fit_is_not_doc_sentences():
+    import pytest
+
+    from mlm_pipeline.config import build_config
+    from mlm_pipeline.errors import ConfigError
+
+    base = {"inputs": ["x.txt"], "output": "out", "tokenizer": "vocab.txt"}
+    assert build_config({**base, "objective": "packed", "packing": "best-fit"}).packing == "best-fit"
+    with pytest.raises(ConfigError, match="--objective nsp does not use them"):
+        build_config({**base, "objective": "nsp", "cross_document": False})
+    with pytest.raises(ConfigError, match="--objective tokens does not use them"):
+        build_config({**base, "objective": "tokens", "packing": "best-fit", "dupe_factor": 1})
+    with pytest.raises(ConfigError, match="--no-cross-document"):
+        build_config({**base, "objective": "packed", "packing": "best-fit", "cross_document": False})
