@@ -1,7 +1,7 @@
 """``prepare --objective packed --packing best-fit`` on real Wikipedia articles, through the
 command line: the padding share it reports, measured on its shards, stays within 1% at
 ``--max-seq-length 1024``; every token of every document is written once; the same shards with
-1 and 2 workers; the text report shows the share."""
+1 and 2 workers; the text report shows the share, and ``inspect`` where each row's documents start."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ def test_best_fit_pads_at_most_one_percent_of_1024_token_rows_of_wikipedia_artic
     assert pieces == totals["document_pieces"] and totals["documents_split"] > 0
     report = CliRunner().invoke(app, ["report", str(out)])
     assert report.exit_code == 0 and f"padding to --max-seq-length: {padding:,} tokens ({share:.2%}" in report.output
+    shown = CliRunner().invoke(app, ["inspect", str(out), "-n", "400"])
+    several = [row for row in rows(out, manifest) if len(row["document_starts"]) > 1]
+    assert shown.exit_code == 0 and several
+    assert f"documents at {', '.join(map(str, several[0]['document_starts']))}" in shown.output
 
 
 def test_best_fit_and_doc_sentences_write_the_same_shards_with_one_and_two_workers(tmp_path):
