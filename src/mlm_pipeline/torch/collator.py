@@ -469,14 +469,14 @@ def documents_apart(batch: dict, samples: Sequence[dict], lengths: np.ndarray, a
     starts, counts = _document_starts(samples, lengths)
     first_doc = np.cumsum(counts) - counts  # each row's first document, numbered over the batch
     row = np.repeat(np.arange(n), counts)
-    begins = np.zeros((n, width + 1), np.int64)
-    np.add.at(begins, (row, starts), 1)
-    doc_in_row = np.cumsum(begins[:, :width], axis=1) - 1  # each position's document within its row
+    begins = np.zeros((n, width), np.int32)
+    begins[row, starts] = 1  # (a row's starts are distinct)
+    doc_in_row = np.cumsum(begins, axis=1, dtype=np.int32) - 1  # each position's document within its row
     document = first_doc[:, None] + doc_in_row
     valid = np.arange(width)[None, :] < lengths[:, None]
     positions = np.where(valid, np.arange(width)[None, :] - starts[document], 0)
     if attention == "block-diagonal":
-        document = np.where(valid, document, -1)  # padding: a document of its own, never attended by tokens
+        document = np.where(valid, document, -1).astype(np.int32)  # padding: a document of its own
         doc = torch.from_numpy(document)
         batch["attention_mask"] = (doc[:, :, None] == doc[:, None, :])[:, None]
         batch["position_ids"] = torch.from_numpy(positions)
