@@ -100,7 +100,8 @@ PREPARE_VARIANTS = {
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
+DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,sop-d1,"
+                    "sop-ref-d1,tf-d1-w2,raw-x2,hf")
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 
