@@ -110,3 +110,26 @@ def test_tensorflow_reads_packed_document_starts_as_a_varlen_feature(tmp_path, p
     assert np.array_equal(np.stack(ids), expected.padded(256, 40)["input_ids"])
     bert_only = tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, _spec(256, 40)))
     assert sum(1 for _ in bert_only) == len(expected)
+
+
+def test_document_starts_written_by_tensorflow_read_back(tmp_path):
+    """Records serialized by TensorFlow itself (its own field order) with a variable-length
+    ``document_starts`` come back as the rows' document starts."""
+    from mlm_pipeline.formats.tfrecord import read_tfrecord
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    rows = [([101, 7, 8, 102, 9, 102], [0, 4]), ([101, 5, 102], [0]), ([101, 1, 102, 101, 2, 102, 3, 102], [0, 3, 6])]
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for ids, starts in rows:
+            pad = [0] * (8 - len(ids))
+            features = {"input_ids": ints(ids + pad), "input_mask": ints([1] * len(ids) + pad),
+                        "segment_ids": ints([0] * 8), "masked_lm_positions": ints([0, 0]), "masked_lm_ids": ints([0, 0]),
+                        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=[0.0, 0.0])),
+                        "next_sentence_labels": ints([0]), "document_starts": ints(starts)}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+    batch = read_tfrecord(path)
+    assert [batch.row(i)["input_ids"] for i in range(3)] == [ids for ids, _ in rows]
+    assert [batch.row(i)["document_starts"] for i in range(3)] == [starts for _, starts in rows]
