@@ -28,6 +28,8 @@ Variants (``--variants``, comma-separated):
   fast       the same lines through the fast backend on its own (``nanotoken``'s ``encode_batch``,
              one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
+  packed-doc ``--objective packed --no-cross-document`` (RoBERTa's DOC-SENTENCES), TFRecord
+  packed-bf  ``--objective packed --packing best-fit`` (whole documents, least padding), TFRecord
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
   sop-d1     ``--objective sop`` (ALBERT's sentence-order pairs, token_boundary, whole words), TFRecord,
@@ -89,6 +91,8 @@ PREPARE_VARIANTS = {
     "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
     "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
     "packed": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed"},
+    "packed-doc": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed", "cross_document": False},
+    "packed-bf": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed", "packing": "best-fit"},
     "tokens": {"format": "tfrecord", "objective": "tokens"},
     "ref-d1": {"format": "tfrecord", "dupe_factor": 1, "reference": True},
     "sop-d1": {"format": "tfrecord", "dupe_factor": 1, "objective": "sop"},
@@ -96,7 +100,8 @@ PREPARE_VARIANTS = {
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
+DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,sop-d1,"
+                    "sop-ref-d1,tf-d1-w2,raw-x2,hf")
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 

@@ -28,6 +28,11 @@ CASES = [
     for fmt in ("tfrecord", "parquet")
     for wwm in ((False,) if objective in ("tokens", "electra") else (False, True))
 ] + [
+    # packed's other packings: best-fit of whole documents, DOC-SENTENCES
+    dict(objective="packed", format=fmt, reference=False, do_whole_word_mask=False, **packing)
+    for fmt in ("tfrecord", "parquet")
+    for packing in ({"packing": "best-fit"}, {"cross_document": False})
+] + [
     # (read as raw lines, as Google's script reads any file: the WikiExtractor file's <doc> lines included)
     dict(objective="nsp", format=fmt, reference=True, do_whole_word_mask=wwm, input_format="text")
     for fmt in ("tfrecord", "parquet")
@@ -37,7 +42,9 @@ CASES = [
 
 def case_id(case: dict) -> str:
     return "-".join([case["objective"], case["format"], "ref" if case["reference"] else "fast",
-                     "wwm" if case["do_whole_word_mask"] else "tok"])
+                     "wwm" if case["do_whole_word_mask"] else "tok"]
+                    + ([case["packing"]] if "packing" in case else [])
+                    + (["no-cross-document"] if case.get("cross_document") is False else []))
 
 
 def run_case(case: dict, out: Path, workers: int, *, with_manifest: bool = False, **settings):

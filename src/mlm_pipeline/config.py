@@ -269,6 +269,10 @@ class PrepareConfig(BaseModel):
     random_next_sentence: bool = setting(
         False, "instances", "sop: B from another document half the time (ALBERT's NSP), not swapped.",
         google="random_next_sentence")
+    packing: Literal["sentences", "best-fit"] = setting(
+        "sentences", "instances", "packed: sentences (RoBERTa's) or best-fit (whole documents, least padding).")
+    cross_document: bool = setting(
+        True, "instances", "packed: rows may span documents (FULL-SENTENCES); off: never (DOC-SENTENCES).")
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
@@ -401,6 +405,9 @@ class PrepareConfig(BaseModel):
         if self.random_next_sentence and self.objective != "sop":
             raise ValueError(f"--random-next-sentence chooses ALBERT's variant of --objective sop; "
                              f"--objective {self.objective} does not use it")
+        if (self.packing != "sentences" or not self.cross_document) and self.objective != "packed":
+            raise ValueError(f"--packing and --no-cross-document choose how --objective packed packs; "
+                             f"--objective {self.objective} does not use them")
         check = get_objective(self.objective).check
         if check is not None:
             check(self)

@@ -123,6 +123,8 @@ def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True,
         f"{p}:{t}" for p, t in zip(row["masked_lm_positions"], tok.convert_ids_to_tokens(row["masked_lm_ids"]))
     )
     head = f"#{i}  length {len(tokens)}  segment A {n_a}"
+    if len(row.get("document_starts", ())) > 1:  # a packed row of several documents
+        head += f"  documents at {', '.join(map(str, row['document_starts']))}"
     if nsp and "next_sentence_label" in row:
         head += f"  next_sentence_label {row['next_sentence_label']} ({label_names[row['next_sentence_label']]})"
     return f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"

@@ -87,3 +87,49 @@ def test_tensorflow_parses_sop_output_with_albert_spec(tmp_path):
     assert set(expected) == set(spec) and len(got["input_ids"]) == tf_m["totals"]["instances"] > 20
     for k, v in expected.items():
         assert np.array_equal(np.stack(got[k]), v), k
+
+
+@pytest.mark.parametrize("packing", ["sentences", "best-fit"])
+def test_tensorflow_reads_packed_document_starts_as_a_varlen_feature(tmp_path, packing):
+    """packed's TFRecords: BERT's spec still parses them (the extra feature is ignored), and
+    ``tf.io.VarLenFeature`` reads each row's document starts, equal to the Parquet column."""
+    common = dict(inputs=[str(WIKITEXT)], tokenizer=str(VOCAB), objective="packed", packing=packing,
+                  max_seq_length=256, max_predictions_per_seq=40, workers=1, progress=False)
+    tf_m = run_prepare(PrepareConfig(output=str(tmp_path / "tf"), format="tfrecord", **common))
+    pq_m = run_prepare(PrepareConfig(output=str(tmp_path / "pq"), format="parquet", **common))
+    spec = {**_spec(256, 40), "document_starts": tf.io.VarLenFeature(tf.int64)}
+    files = [str(tmp_path / "tf" / s["path"]) for s in tf_m["shards"]]
+    starts, ids = [], []
+    for ex in tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, spec)):
+        starts.append(ex["document_starts"].values.numpy().tolist())
+        ids.append(ex["input_ids"].numpy())
+    expected = InstanceBatch.concat([read_parquet(str(tmp_path / "pq" / s["path"])) for s in pq_m["shards"]])
+    assert len(starts) == len(expected) == tf_m["totals"]["instances"] > 100
+    assert starts == [expected.row(i)["document_starts"] for i in range(len(expected))]
+    assert sum(len(s) > 1 for s in starts) > 10  # rows holding several documents
+    assert np.array_equal(np.stack(ids), expected.padded(256, 40)["input_ids"])
+    bert_only = tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, _spec(256, 40)))
+    assert sum(1 for _ in bert_only) == len(expected)
+
+
+def test_document_starts_written_by_tensorflow_read_back(tmp_path):
+    """Records serialized by TensorFlow itself (its own field order) with a variable-length
+    ``document_starts`` come back as the rows' document starts."""
+    from mlm_pipeline.formats.tfrecord import read_tfrecord
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    rows = [([101, 7, 8, 102, 9, 102], [0, 4]), ([101, 5, 102], [0]), ([101, 1, 102, 101, 2, 102, 3, 102], [0, 3, 6])]
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for ids, starts in rows:
+            pad = [0] * (8 - len(ids))
+            features = {"input_ids": ints(ids + pad), "input_mask": ints([1] * len(ids) + pad),
+                        "segment_ids": ints([0] * 8), "masked_lm_positions": ints([0, 0]), "masked_lm_ids": ints([0, 0]),
+                        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=[0.0, 0.0])),
+                        "next_sentence_labels": ints([0]), "document_starts": ints(starts)}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+    batch = read_tfrecord(path)
+    assert [batch.row(i)["input_ids"] for i in range(3)] == [ids for ids, _ in rows]
+    assert [batch.row(i)["document_starts"] for i in range(3)] == [starts for _, starts in rows]

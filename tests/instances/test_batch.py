@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,15 @@ def test_document_starts_and_languages_follow_their_rows_through_take_slice_and_
     assert [joined.row(i) for i in range(3)] == rows
     plain = InstanceBatch.unmasked(np.arange(5, dtype=np.int32), np.zeros(5, np.int8), lengths_to_offsets(np.array([5])))
     assert plain.cu_seqlens(0).tolist() == [0, 5] and "document_starts" not in plain.row(0)
+
+
+def test_concat_of_rows_with_and_without_document_starts_takes_the_latter_as_one_document_each():
+    """(A window mixing shards written before document starts were recorded with newer ones.)"""
+    batch = _with_documents_and_languages()
+    plain = InstanceBatch.unmasked(np.arange(7, dtype=np.int32), np.zeros(7, np.int8), lengths_to_offsets(np.array([3, 4])))
+    for parts in ([plain, batch], [batch, plain]):
+        parts = [dataclasses.replace(p, languages=None) for p in parts]
+        joined = InstanceBatch.concat(parts)
+        starts = [joined.row(i)["document_starts"] for i in range(len(joined))]
+        expected = [[0, 3], [0], [0, 2, 5]]
+        assert starts == ([[0], [0]] + expected if parts[0].document_starts is None else expected + [[0], [0]])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from mlm_pipeline.instances.packed import build_packed_instances
 
 from instances.helpers import CLS, SEP, bodies, docs_of
@@ -28,3 +30,79 @@ def test_a_sentence_never_splits_unless_longer_than_an_instance():
     flat = [t for b in bodies(batch) for t in b if t != SEP]
     assert flat == list(range(1000, 1025))  # every token once, in order
 
+
+
+# -- where each row's documents start ------------------------------------------------------------
+
+from mlm_pipeline.instances.packed import best_fit_rows, build_best_fit_instances  # noqa: E402
+
+
+def _documents(batch, i):
+    """Row ``i`` cut at its recorded document starts."""
+    ids = batch.row(i)["input_ids"]
+    bounds = batch.cu_seqlens(i).tolist()
+    return [ids[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def test_full_sentences_record_a_document_start_after_each_separator_inside_a_row():
+    docs = docs_of([[3, 4], [2, 6], [1], [5]])
+    batch = build_packed_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP)
+    # cap 10: [d0 3+4 | sep | d1 2] = 10, [d1 6 | sep | d2 1 | sep] = 9 (the trailing sep dropped), [d3 5]
+    assert bodies(batch) == [
+        [1000, 1001, 1002, 1003, 1004, 1005, 1006, SEP, 1007, 1008],
+        [1009, 1010, 1011, 1012, 1013, 1014, SEP, 1015],
+        [1016, 1017, 1018, 1019, 1020],
+    ]
+    assert [batch.row(i)["document_starts"] for i in range(len(batch))] == [[0, 9], [0, 8], [0]]
+    assert _documents(batch, 0) == [[CLS, *range(1000, 1007), SEP], [1007, 1008, SEP]]
+    assert _documents(batch, 1) == [[CLS, *range(1009, 1015), SEP], [1015, SEP]]
+
+
+def test_doc_sentences_never_put_two_documents_in_a_row():
+    docs = docs_of([[3, 4], [2, 6], [1], [5, 5]])
+    batch = build_packed_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP, cross_documents=False)
+    assert bodies(batch) == [
+        list(range(1000, 1007)), list(range(1007, 1015)), [1015], list(range(1016, 1026)),
+    ]
+    assert all(batch.row(i)["document_starts"] == [0] for i in range(len(batch)))
+    assert not any(SEP in body for body in bodies(batch))
+
+
+def test_best_fit_places_the_longest_piece_first_into_the_tightest_row():
+    # capacity 10: 7 opens row 0 (room 3), 6 row 1 (room 4), 4 fits only row 1 (room 0),
+    # 3 fits row 0 exactly, 3 opens row 2
+    assert best_fit_rows(np.array([3, 7, 4, 6, 3]), 10) == [[1, 0], [3, 2], [4]]
+
+
+def test_best_fit_packs_whole_documents_each_cls_to_sep_and_splits_long_ones():
+    docs = docs_of([[3, 2], [12], [4], [1, 1]])  # documents of 5, 12, 4 and 2 tokens
+    batch, counts = build_best_fit_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP)
+    # pieces of at most 10 tokens: 5, 10 + 2, 4, 2 -> sizes with [CLS] [SEP]: 7, 12, 4, 6, 4;
+    # 12 fills a row, 7 opens one (room 5), 6 opens one (room 6), the first 4 takes room 5, the second room 6
+    assert counts == {"document_pieces": 5, "documents_split": 1}
+    rows = [_documents(batch, i) for i in range(len(batch))]
+    assert rows == [
+        [[CLS, *range(1005, 1015), SEP]],  # the first 10 tokens of the 12-token document: a full row
+        [[CLS, *range(1000, 1005), SEP], [CLS, 1015, 1016, SEP]],  # 7 + the split document's last 2 tokens
+        [[CLS, *range(1017, 1021), SEP], [CLS, 1021, 1022, SEP]],  # 6 + 4
+    ]
+    assert all(len(batch.row(i)["input_ids"]) <= 12 for i in range(len(batch)))
+    # every token once, each document's pieces in order
+    flat = sorted(t for i in range(len(batch)) for t in batch.row(i)["input_ids"] if t not in (CLS, SEP))
+    assert flat == list(range(1000, 1023))
+
+
+def test_packing_settings_belong_to_packed_and_best_fit_is_not_doc_sentences():
+    import pytest
+
+    from mlm_pipeline.config import build_config
+    from mlm_pipeline.errors import ConfigError
+
+    base = {"inputs": ["x.txt"], "output": "out", "tokenizer": "vocab.txt"}
+    assert build_config({**base, "objective": "packed", "packing": "best-fit"}).packing == "best-fit"
+    with pytest.raises(ConfigError, match="--objective nsp does not use them"):
+        build_config({**base, "objective": "nsp", "cross_document": False})
+    with pytest.raises(ConfigError, match="--objective tokens does not use them"):
+        build_config({**base, "objective": "tokens", "packing": "best-fit", "dupe_factor": 1})
+    with pytest.raises(ConfigError, match="--no-cross-document"):
+        build_config({**base, "objective": "packed", "packing": "best-fit", "cross_document": False})

@@ -37,6 +37,9 @@ SCHEMA = pa.schema(
 )
 ALBERT_SCHEMA = SCHEMA.append(pa.field("token_boundary", pa.list_(pa.int32())))
 """``sop``'s shards: BERT's columns and ALBERT's ``token_boundary``."""
+DOCUMENT_STARTS = pa.field("document_starts", pa.list_(pa.int32()))
+"""``packed``'s shards add where each row's documents start (0 first, ascending): with the row's
+length appended, FlashAttention's ``cu_seqlens`` of the row. A few values a row, zstd-compressed."""
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32}
@@ -62,6 +65,11 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
         else batch.next_sentence_labels.astype(np.int32)
     )
     boundary = [] if batch.token_boundary is None else [_list(batch.token_boundary, batch.offsets, pa.int32())]
+    schema = ALBERT_SCHEMA if boundary else SCHEMA
+    documents = []
+    if batch.document_starts is not None:
+        documents = [_list(batch.document_starts, batch.document_offsets, pa.int32())]
+        schema = schema.append(DOCUMENT_STARTS)
     return pa.Table.from_arrays(
         [
             _list(batch.input_ids, batch.offsets, pa.int32()),
@@ -72,8 +80,9 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
             _list(np.ones(n_mask, np.float32), batch.masked_offsets, pa.float32()),
             _array(nsp, pa.int32()),
             *boundary,
+            *documents,
         ],
-        schema=ALBERT_SCHEMA if boundary else SCHEMA,
+        schema=schema,
     )
 
 
@@ -97,6 +106,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     mids, _ = _flat(table.column("masked_lm_ids"))
     nsp = _numpy(table.column("next_sentence_labels").combine_chunks(), np.int32)
     boundary = _flat(table.column("token_boundary"))[0] if "token_boundary" in table.column_names else None
+    documents = _flat(table.column("document_starts")) if "document_starts" in table.column_names else None
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -106,6 +116,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         masked_offsets=moff,
         next_sentence_labels=None if (len(nsp) and nsp.min() < 0) else nsp.astype(np.int8),
         token_boundary=None if boundary is None else boundary.astype(np.int8),
+        document_starts=None if documents is None else documents[0].astype(np.int32),
+        document_offsets=None if documents is None else documents[1],
     )
 
 
@@ -123,7 +135,8 @@ class ParquetShardWriter:
     """Appends blocks as row groups to one Parquet file (an open binary file; not closed here).
 
     Rows are stored unpadded, so the run's length limits play no part here. The schema is the
-    first block's (with ``token_boundary`` for ``sop``), so the file is opened on the first write.
+    first block's (with ``token_boundary`` for ``sop``, ``document_starts`` for ``packed``), so the
+    file is opened on the first write.
     """
 
     def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, max_predictions: int | None = None,
@@ -152,7 +165,7 @@ def read_parquet(url: str) -> InstanceBatch:
 
 # the columns an InstanceBatch is made of (input_mask and masked_lm_weights are all ones)
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
-_OPTIONAL_COLUMNS = ["token_boundary"]  # read where a shard has them
+_OPTIONAL_COLUMNS = ["token_boundary", "document_starts"]  # read where a shard has them
 
 
 def _footer(f) -> pq.FileMetaData:

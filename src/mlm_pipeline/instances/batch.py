@@ -8,6 +8,7 @@ instances is a handful of numpy arrays and no Python object per instance or per 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -252,6 +253,11 @@ class InstanceBatch:
             return InstanceBatch.empty()
         if len(batches) == 1:
             return batches[0]
+        if any(b.document_starts is None for b in batches) and any(b.document_starts is not None for b in batches):
+            # rows that recorded no document starts (an output written before they were) are one document each
+            batches = [b if b.document_starts is not None else dataclasses.replace(
+                b, document_starts=np.zeros(len(b), np.int32), document_offsets=np.arange(len(b) + 1, dtype=np.int64))
+                for b in batches]
         lens = np.concatenate([b.lengths for b in batches])
         mlens = np.concatenate([b.masked_counts for b in batches])
         nsp = (

@@ -8,6 +8,8 @@ once per group, and draws a random id per position.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
@@ -56,14 +58,14 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
     np.copyto(new, random_ids, where=as_random, casting="unsafe")  # ids < vocab_size fit int32
     corrupted = batch.input_ids.copy()
     corrupted[positions] = new
-    out = InstanceBatch(
+    # every per-row field the builder filled (document starts, languages, ...) is kept: masking
+    # changes no row's length
+    out = dataclasses.replace(
+        batch,
         input_ids=corrupted,
-        segment_ids=batch.segment_ids,
-        offsets=batch.offsets,
         masked_lm_positions=m_cols.astype(np.int32),
         masked_lm_ids=original.astype(np.int32),
         masked_offsets=lengths_to_offsets(counts),
-        next_sentence_labels=batch.next_sentence_labels,
     )
     stats = MaskStats(
         masked=len(original),

@@ -117,6 +117,21 @@ def _electra_lines(t: dict) -> list[str]:
     ]
 
 
+def _packing_lines(manifest: dict, t: dict) -> list[str]:
+    """``packed``: the padding its rows need to reach ``--max-seq-length`` and, best-fit, its pieces."""
+    if "padding_tokens" not in t:
+        return []
+    config = manifest.get("config", {})
+    slots = t.get("instances", 0) * (config.get("max_seq_length") or 0)
+    lines = [f"  padding to --max-seq-length: {t['padding_tokens']:,} tokens "
+             f"({t['padding_tokens'] / slots if slots else 0:.2%} of the rows' positions; packing "
+             f"{config.get('packing', 'sentences')}{'' if config.get('cross_document', True) else ', no cross-document'})"]
+    if "document_pieces" in t:
+        lines.append(f"  documents placed as {t['document_pieces']:,} pieces; {t.get('documents_split', 0):,} "
+                     "documents longer than a row split")
+    return lines
+
+
 def render_report(manifest: dict) -> str:
     t = manifest["totals"]
     inst = t.get("instances", 0)
@@ -144,6 +159,7 @@ def render_report(manifest: dict) -> str:
         "output",
         f"  instances {inst:,} in {t.get('shards', 0)} shards ({t.get('bytes_written', 0):,} bytes)",
         *(_electra_lines(t) if "single_segment" in t else _pair_lines(t) if "random_next" in t else []),
+        *_packing_lines(manifest, t),
         *_masking_lines(manifest, t),
         "",
         "instance length (tokens incl. [CLS]/[SEP])",

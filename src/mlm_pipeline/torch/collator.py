@@ -40,6 +40,7 @@ _F1, _F2 = 0x85EBCA6B, 0xC2B2AE35  # its finaliser
 _PURPOSE_CHOOSE, _PURPOSE_REPLACE, _PURPOSE_RANDOM_ID = 1, 2, 3
 _PURPOSE_ELECTRA_CHOOSE, _PURPOSE_ELECTRA_REPLACE = 4, 5
 MASKINGS = ("static", "dynamic", "electra")
+ATTENTIONS = ("padded", "block-diagonal", "unpadded")
 SENTENCE_LABELS = ("next_sentence_label", "sentence_order_label")  # the HF models' argument names
 
 
@@ -187,6 +188,17 @@ class MLMCollator:
             this length (longer samples are an error).
         sample_info: also return ``sample_index`` (int64) and ``sample_weight`` (float32, 0 for
             padding samples) — not model inputs, pop them before ``model(**batch)``.
+        attention: how attention is kept inside each document of a packed row (the samples'
+            ``document_starts``; a sample without them is one document). ``"padded"`` (the
+            default): a ``[B, L]`` ``attention_mask``, documents of a row see each other.
+            ``"block-diagonal"``: ``attention_mask`` is a bool ``[B, 1, L, L]``, True where query
+            and key are in the same document (padding sees only padding), and ``position_ids``
+            ``[B, L]`` restart at 0 in each document (0 on padding): plain PyTorch attention
+            (``scaled_dot_product_attention``, HF's ``sdpa``). ``"unpadded"``: the rows back to back
+            without padding, FlashAttention's variable-length form: ``input_ids``,
+            ``token_type_ids``, ``labels`` and ``position_ids`` of shape ``[1, T]`` (``T`` the
+            batch's tokens), ``cu_seqlens`` (int32, each document's start in the flat batch, then
+            ``T``) and ``max_seqlen`` (int, the longest document); no ``attention_mask``.
 
     Returns a dict of tensors: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
     ``[B, L]``), ``labels`` (int64 ``[B, L]``, the original id at masked positions, -100
@@ -216,6 +228,7 @@ class MLMCollator:
         pad_to_multiple_of: int | None = None,
         max_length: int | None = None,
         sample_info: bool = False,
+        attention: str = "padded",
     ):
         if isinstance(tokenizer, str):
             from mlm_pipeline.tokenize import load_tokenizer
@@ -254,6 +267,9 @@ class MLMCollator:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+        self.attention = attention
         self.masking = masking
         self.mlm_probability = float(mlm_probability)
         self.max_predictions = max_predictions
@@ -339,6 +355,8 @@ class MLMCollator:
         if self.sample_info:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight
+        if self.attention != "padded":
+            documents_apart(batch, samples, lengths, self.attention)
         return batch
 
     def _check_stored_masks(self, mcounts: np.ndarray, weight: torch.Tensor) -> None:
@@ -427,3 +445,48 @@ class MLMCollator:
         labels = torch.full_like(ids, IGNORE_INDEX)
         labels[m_rows, m_cols] = original
         return out, labels
+
+
+def _document_starts(samples: Sequence[dict], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every sample's document starts (``[0]`` for a sample without them), checked, back to back:
+    (starts int64, documents per sample int64)."""
+    parts = [np.asarray(s.get("document_starts", (0,)), dtype=np.int64) for s in samples]
+    counts = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    row = np.repeat(np.arange(len(parts)), counts)
+    first = np.zeros(len(starts), bool)
+    first[np.cumsum(counts) - counts] = True
+    steps = np.diff(starts, prepend=0)
+    if (counts < 1).any() or (starts[first] != 0).any() or (steps[~first] <= 0).any() or (starts >= lengths[row]).any():
+        raise ValueError("a sample's document_starts must begin with 0 and ascend within the sample's length")
+    return starts, counts
+
+
+def documents_apart(batch: dict, samples: Sequence[dict], lengths: np.ndarray, attention: str) -> None:
+    """Turn a padded batch into the ``block-diagonal`` or ``unpadded`` form (see :class:`MLMCollator`),
+    in place: position ids restart at every document start; no position attends across one."""
+    n, width = batch["input_ids"].shape
+    starts, counts = _document_starts(samples, lengths)
+    first_doc = np.cumsum(counts) - counts  # each row's first document, numbered over the batch
+    row = np.repeat(np.arange(n), counts)
+    begins = np.zeros((n, width), np.int32)
+    begins[row, starts] = 1  # (a row's starts are distinct)
+    doc_in_row = np.cumsum(begins, axis=1, dtype=np.int32) - 1  # each position's document within its row
+    document = first_doc[:, None] + doc_in_row
+    valid = np.arange(width)[None, :] < lengths[:, None]
+    positions = np.where(valid, np.arange(width)[None, :] - starts[document], 0)
+    if attention == "block-diagonal":
+        document = np.where(valid, document, -1).astype(np.int32)  # padding: a document of its own
+        doc = torch.from_numpy(document)
+        batch["attention_mask"] = (doc[:, :, None] == doc[:, None, :])[:, None]
+        batch["position_ids"] = torch.from_numpy(positions)
+        return
+    flat = torch.from_numpy(valid.reshape(-1))
+    for key in ("input_ids", "token_type_ids", "labels"):
+        batch[key] = batch[key].reshape(-1)[flat][None, :]
+    batch.pop("attention_mask")
+    batch["position_ids"] = torch.from_numpy(positions.reshape(-1)[valid.reshape(-1)])[None, :]
+    row_offsets = np.cumsum(lengths) - lengths
+    bounds = np.append(row_offsets[row] + starts, int(lengths.sum()))
+    batch["cu_seqlens"] = torch.from_numpy(bounds.astype(np.int32))
+    batch["max_seqlen"] = int(np.diff(bounds).max())

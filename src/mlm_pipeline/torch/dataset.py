@@ -107,7 +107,9 @@ class MLMDataset(IterableDataset):
     manifest order, concatenated; stable across epochs), ``source`` (number of its source),
     ``epoch``, ``weight`` (1.0, or 0.0 for a padding sample) and ``bin`` (the length bin of the
     batch it is emitted in, numbered from 0; -1 without length bins); for ``sop`` shards also
-    ``token_boundary`` (int8, ALBERT's feature: 1 where a word starts). ``next_sentence_label``
+    ``token_boundary`` (int8, ALBERT's feature: 1 where a word starts); for ``packed`` shards
+    ``document_starts`` (int32, where each document of the row starts, 0 first: the collator's
+    ``attention`` keeps them apart). ``next_sentence_label``
     is the pair label of any objective (for ``sop``, the sentence-order label).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
@@ -481,6 +483,8 @@ class MLMDataset(IterableDataset):
         }
         if batch.token_boundary is not None:
             sample["token_boundary"] = batch.token_boundary[s:e]
+        if batch.document_starts is not None:  # packed rows: where each document starts
+            sample["document_starts"] = batch.document_starts[batch.document_offsets[k]:batch.document_offsets[k + 1]]
         return sample
 
     def collator(self, *, masking: str = "auto", tokenizer=None, **kwargs):

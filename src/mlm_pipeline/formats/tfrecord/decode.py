@@ -18,6 +18,7 @@ from typing import BinaryIO, Union
 
 import numpy as np
 
+from mlm_pipeline.formats.tfrecord.encode import RAGGED_FEATURES, Ragged
 from mlm_pipeline.formats.tfrecord.wire import (
     BERT_FEATURES,
     SEQUENCE_FEATURES,
@@ -246,6 +247,8 @@ def _stack(buf: bytes, name: str, kind: str | None, rec: np.ndarray, spans: np.n
             ends_before = np.searchsorted(value_ends, bounds)  # values ending before each span bound
             per_span = ends_before[1:] - ends_before[:-1]
         counts = np.bincount(rec, weights=per_span, minlength=n).astype(np.int64)
+    if name in RAGGED_FEATURES and kind == "int64":  # rows of their own lengths (packed's document starts)
+        return Ragged(values, lengths_to_offsets(counts))
     if n and counts.min() != counts.max():
         raise ValueError(
             f"feature {name!r} has between {counts.min()} and {counts.max()} values per record; "
@@ -345,7 +348,9 @@ def decode_examples(buf: bytes, starts: Sequence[int], ends: Sequence[int]) -> d
 
     Row ``i`` is record ``i``; int64 features give int64 arrays, float features float32 arrays,
     bytes features object arrays. Every record must hold every feature with the same number of
-    values (as BERT's padded features do); otherwise ``ValueError``. No records give ``{}``.
+    values (as BERT's padded features do), except those of ``RAGGED_FEATURES`` (``packed``'s
+    ``document_starts``), which come back as :class:`~.encode.Ragged` rows; otherwise
+    ``ValueError``. No records give ``{}``.
     """
     n = len(starts)
     if n == 0:
@@ -401,7 +406,12 @@ def features_to_batch(features: dict[str, np.ndarray]) -> InstanceBatch:
     missing = [name for name in BERT_FEATURES if name not in features]
     if missing:
         raise ValueError(f"not a BERT pretraining TFRecord: missing features {', '.join(missing)}")
-    return InstanceBatch.from_padded(features)
+    documents = features.get("document_starts")
+    batch = InstanceBatch.from_padded({k: v for k, v in features.items() if k != "document_starts"})
+    if documents is not None:
+        batch.document_starts = documents.values.astype(np.int32)
+        batch.document_offsets = documents.offsets.astype(np.int64)
+    return batch
 
 
 def _read_all(source: Source) -> bytes:

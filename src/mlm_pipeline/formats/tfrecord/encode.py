@@ -40,8 +40,8 @@ from mlm_pipeline.formats.tfrecord.wire import (
 )
 from mlm_pipeline.instances.batch import InstanceBatch
 
-__all__ = ["ZeroPadded", "encode_examples", "encode_tfrecord", "iter_encoded_examples", "iter_encoded_sequences",
-           "iter_encoded_tfrecord"]
+__all__ = ["RAGGED_FEATURES", "Ragged", "ZeroPadded", "encode_examples", "encode_tfrecord", "iter_encoded_examples",
+           "iter_encoded_sequences", "iter_encoded_tfrecord"]
 
 _NOTHING = pa.scalar(b"", pa.binary())  # the separator of the binary join
 
@@ -159,6 +159,25 @@ class ZeroPadded:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+class Ragged(ZeroPadded):
+    """Integer rows of different lengths written as they are, no padding: a variable-length
+    ``int64_list`` feature (TensorFlow reads it with ``tf.io.VarLenFeature``). ``width`` is the
+    longest row (what the chunk size is estimated from)."""
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        lengths = np.diff(offsets)
+        super().__init__(values, offsets, int(lengths.max()) if lengths.size else 0)
+
+    def __getitem__(self, rows: slice) -> "Ragged":
+        part = super().__getitem__(rows)
+        return Ragged(part.values, part.offsets)
+
+
+RAGGED_FEATURES = ("document_starts",)
+"""Features whose rows have different lengths (``packed``'s document starts): written and read
+back as :class:`Ragged` rows."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +344,7 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
             values = _as_varint_values(a.values, key)
             sizes = _varint_sizes(values)
             lengths = a.lengths()
-            padding = width - lengths
+            padding = np.zeros(len(lengths), np.int64) if isinstance(a, Ragged) else width - lengths
             payload = _row_sums(sizes, a.offsets, lengths) + padding
         else:
             values = _as_varint_values(a, key)
@@ -335,7 +354,7 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
                 sizes = _varint_sizes(values)
                 # summed in uint16 where it cannot overflow: twice as fast as in int64
                 payload = sizes.sum(axis=1, dtype=np.uint16 if width < 6553 else np.int64).astype(np.int64)
-        list_len = (1 + _size_of(payload) + payload) if width else 0
+        list_len = (1 + _size_of(payload) + payload) if width else 0  # (a Ragged feature's rows are never all empty)
         feature_len = 1 + _size_of(list_len) + list_len
         key_part = entry_key(key)
         entry_len = feature_len + _size_of(feature_len) + len(key_part)
@@ -414,6 +433,8 @@ def iter_encoded_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_pred
     features = batch.padded(max_seq_length, max_predictions, compact=True, with_ids=False)
     features["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
     features["masked_lm_ids"] = ZeroPadded(batch.masked_lm_ids, batch.masked_offsets, max_predictions)
+    if batch.document_starts is not None:  # packed rows: where their documents start, a few values each
+        features["document_starts"] = Ragged(batch.document_starts, batch.document_offsets)
     return iter_encoded_examples(features)
 
 
