@@ -172,9 +172,6 @@ def test_index_lists_every_shard_in_the_manifests_order(root):
 
 RANK = STREAMING_IMPORT + textwrap.dedent("""
     import json, os
-    from streaming.base.util import clean_stale_shared_memory
-    if os.environ["RANK"] == "0":
-        clean_stale_shared_memory()
     dataset = streaming.StreamingDataset(local=os.environ["MDS_OUT"], shuffle=False, batch_size=4)
     rows = [[s["id"], s["input_ids"].tolist()] for s in dataset]
     with open(os.environ["RANK_FILE"], "w") as f:
@@ -201,9 +198,15 @@ def test_two_ranks_share_the_instances_between_them(root, tmp_path):
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "MDS_OUT": str(out),
                "RANK_FILE": str(tmp_path / f"rank{rank}.json")}
         procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=env, stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
     parts = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     ids = [[row[0] for row in part] for part in parts]
     total = manifest["totals"]["instances"]
@@ -434,6 +437,7 @@ def test_resume_after_kill_gives_the_clean_runs_shards(tmp_path):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_tiny_bert_trains_from_streaming_dataset(root):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -454,12 +458,12 @@ def test_a_tiny_bert_trains_from_streaming_dataset(root):
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     torch.manual_seed(0)
-    dataset = streaming.StreamingDataset(local=str(out), shuffle=True, shuffle_seed=1, batch_size=16)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=16, collate_fn=collate)
+    dataset = streaming.StreamingDataset(local=str(out), shuffle=True, shuffle_seed=1, batch_size=8)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, collate_fn=collate)
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=128)
     model = transformers.BertForMaskedLM(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     losses = []
     for step, batch in enumerate(loader):
         loss = model(**batch).loss
@@ -467,7 +471,7 @@ def test_a_tiny_bert_trains_from_streaming_dataset(root):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-        if step == 59:
+        if step == 24:
             break
-    assert len(losses) == 60
-    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 1.0, losses
+    assert len(losses) == 25
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
