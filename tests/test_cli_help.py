@@ -23,8 +23,8 @@ def help_of(command: str, columns: int) -> str:
     return proc.stdout
 
 
-# (sop's two flags: +5 lines; --wiki-keep-references: +3 at 80 columns)
-@pytest.mark.parametrize("columns,most", [(80, 193), (100, 165)])
+# (sop's two flags: +5 lines; --wiki-keep-references: +3 at 80 columns; mds and --mds-compression: +4)
+@pytest.mark.parametrize("columns,most", [(80, 197), (100, 168)])
 def test_prepare_help_fits_an_ordinary_terminal(columns, most):
     out = help_of("prepare", columns)
     lines = out.splitlines()
@@ -37,7 +37,7 @@ def test_prepare_help_fits_an_ordinary_terminal(columns, most):
         panel = panel[:panel.index("╰")]
         assert flag_text(s) in panel, (s.name, flag_text(s))
     assert "--do-lower-case / --no-do-lower-case" in out and "--max-seq-length N " in out
-    assert "--format tfrecord|parquet" in out and "-o, --output TEXT" in out
+    assert "--format tfrecord|parquet|mds" in out and "-o, --output TEXT" in out
 
 
 @pytest.mark.parametrize("command", COMMANDS)

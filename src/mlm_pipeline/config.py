@@ -272,11 +272,10 @@ class PrepareConfig(BaseModel):
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed. mds: mosaicml-streaming's shards and index.json "
-        "(Composer, ModernBERT).", choices=_output_format_choices)
+        "parquet: the same columns, unpadded, zstd-compressed. mds: mosaicml-streaming's (Composer).",
+        choices=_output_format_choices)
     mds_compression: Literal["none", "zstd"] = setting(
-        "none", "output", "--format mds: zstd compresses each shard as streaming does (ModernBERT's "
-        "NoStreamingDataset reads uncompressed shards only).")
+        "none", "output", "zstd: compressed MDS shards (not for NoStreamingDataset).")
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
