@@ -475,3 +475,27 @@ def test_a_tiny_bert_trains_from_streaming_dataset(root):
             break
     assert len(losses) == 25
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
+
+
+# --------------------------------------------------------------------------------------------
+# output bytes are a contract (as tests/test_shard_digests.py pins TFRecord's and Parquet's)
+
+MDS_DIGESTS = Path(__file__).resolve().parents[1] / "data" / "mds_shard_digests.json"
+MDS_CASES = [dict(objective="nsp", format="mds", reference=False, do_whole_word_mask=False),
+             dict(objective="tokens", format="mds", reference=False, do_whole_word_mask=False, dupe_factor=1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", MDS_CASES, ids=lambda case: case["objective"])
+def test_mds_shard_digests_unchanged(case, tmp_path):
+    """The shard matrix's settings, MDS output: every shard's SHA-256 and index.json's.
+    Regenerate (only for an intended change of output) with ``MLM_RECORD_DIGESTS=1``."""
+    from test_shard_digests import case_id, run_case
+
+    table = run_case(case, tmp_path / "out", 1)
+    got = {"shards": table, "index.json": hashlib.sha256((tmp_path / "out" / "index.json").read_bytes()).hexdigest()}
+    if os.environ.get("MLM_RECORD_DIGESTS"):
+        recorded = json.loads(MDS_DIGESTS.read_text()) if MDS_DIGESTS.exists() else {}
+        recorded[case_id(case)] = got
+        MDS_DIGESTS.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    assert got == json.loads(MDS_DIGESTS.read_text())[case_id(case)]
