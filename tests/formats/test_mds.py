@@ -432,6 +432,24 @@ def test_resume_after_kill_gives_the_clean_runs_shards(tmp_path):
     assert len(manifest["shards"]) == len(json.loads((out / "index.json").read_bytes())["shards"])
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_our_loader_reads_mds_as_it_reads_parquet(root, compression):
+    """MLMDataset picks the reader from the manifest's format: the same samples in the same order."""
+    pytest.importorskip("torch")
+    from mlm_pipeline.torch.dataset import MLMDataset
+
+    out, _ = _out(root, "mds", objective="nsp", **({} if compression == "none" else {"mds_compression": "zstd"}))
+    pq_out, _ = _out(root, "parquet", objective="nsp")
+    ours = list(MLMDataset(str(out), shuffle=True, seed=3))
+    theirs = list(MLMDataset(str(pq_out), shuffle=True, seed=3))
+    assert len(ours) == len(theirs) > 1000
+    for a, b in zip(ours, theirs):
+        for name in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids"):
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        assert a["next_sentence_label"] == b["next_sentence_label"]
+
+
 # --------------------------------------------------------------------------------------------
 # a tiny BERT learns from StreamingDataset through a torch DataLoader
 
