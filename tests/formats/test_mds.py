@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import os
 import signal
@@ -185,6 +186,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_ranks_share_the_instances_between_them(root, tmp_path):
     """Two real ranks (torch.distributed over gloo on 127.0.0.1, as torchrun starts them on one
     node): each yields its part, together every instance, the padding streaming adds to even them
@@ -375,6 +377,14 @@ def test_document_starts_languages_and_large_vocabularies_round_trip(tmp_path):
     assert [s["document_starts"].tolist() for s in samples] == documents
     assert samples[1]["input_ids"].dtype == np.uint32
     assert samples[1]["input_ids"].tolist() == batch.row(1)["input_ids"]
+    # the sizes that cut shards (from lengths alone) are those written, row by row
+    writer = mds.MDSShardWriter(io.BytesIO(), max_seq_length=512, vocab_size=250_002, task_id="00001",
+                                first_row=999_990)
+    writer.room(batch)
+    data = (tmp_path / shard["path"]).read_bytes()
+    _, offsets, _ = mds.parse_columns(data)
+    expected = np.diff(offsets) + 5  # ids 00001-999990.. take five digits more than 00001-0..3
+    np.testing.assert_array_equal(writer._sample_sizes(batch), expected)
 
 
 # --------------------------------------------------------------------------------------------

@@ -108,8 +108,7 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 class _Pieces:
     """The byte ranges a block of samples is gathered from: one source, ranges per row."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self):
         self.sources: list[np.ndarray] = []
         self.base = 0
         self.starts: list[np.ndarray] = []  # per range kind: a start per row (in the joined source)
@@ -184,16 +183,16 @@ class MDSShardWriter:
             lengths["document_starts"] = np.diff(batch.document_offsets)
         return lengths
 
-    def _sample_sizes(self, batch: InstanceBatch, ids: tuple | None = None,
-                      languages: tuple | None = None) -> np.ndarray:
+    def _sample_sizes(self, batch: InstanceBatch) -> np.ndarray:
+        """Each row's bytes as :meth:`write` would encode it (without its offset), from lengths alone."""
         n = len(batch)
         lengths = self._lengths(batch)
         sizes = np.zeros(n, np.int64)
         for name, encoding in self.columns.items():
             if name == "id":
-                sizes += ids[1] if ids is not None else self._id_lengths(n)
+                sizes += self._id_lengths(n)
             elif name == "language":
-                sizes += (languages if languages is not None else _strings(batch.languages.tolist()))[1]
+                sizes += _strings(batch.languages.tolist())[1]
             elif encoding.startswith("ndarray:"):
                 count = lengths[name]
                 header = 1 + (1 << ((count >= 1 << 8).astype(np.int64) + (count >= 1 << 16)))
@@ -204,6 +203,7 @@ class MDSShardWriter:
         return sizes + 4 * variable
 
     def _id_lengths(self, n: int) -> np.ndarray:
+        """The UTF-8 bytes of the next ``n`` ids (the prefix and the row's decimal digits)."""
         rows = np.arange(self._next_row, self._next_row + n, dtype=np.int64)
         digits = np.ones(n, np.int64)
         for power in range(1, 19):
@@ -229,7 +229,7 @@ class MDSShardWriter:
         if self.columns is None:
             self._start(batch)
         self._check(batch)
-        pieces = _Pieces(n)
+        pieces = _Pieces()
         variable = [name for name, e in self.columns.items() if _fixed_size(e) is None]
         head = np.zeros((n, len(variable)), "<u4")
         pieces.add(head.view(np.uint8).ravel(), np.arange(n) * 4 * len(variable), np.full(n, 4 * len(variable)))
