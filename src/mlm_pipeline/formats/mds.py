@@ -20,8 +20,8 @@ streaming names them):
   the same as the Parquet output of the same settings numbers its rows.
 
 The masked-LM columns are written when the shard's instances carry masks (static masking), the
-others when the objective fills them; a tokens-only run's shards hold ``id``, ``input_ids`` and
-``segment_ids``. Shards are cut at the run's ``--max-instances-per-shard`` or at ``SIZE_LIMIT``
+others when the objective fills them; ``segment_ids`` unless every row is one segment (``tokens``,
+``packed``), so that a tokens-only run's samples are ``id`` and ``input_ids``. Shards are cut at the run's ``--max-instances-per-shard`` or at ``SIZE_LIMIT``
 bytes of MDS data, whichever comes first (streaming's own default limit; its offsets are uint32, so
 a shard could never pass 4 GiB). With ``--mds-compression zstd`` each committed file is the zstd
 frame of that data, as streaming compresses a shard, and ``index.json`` names the data's own
@@ -61,10 +61,19 @@ def _position_dtype(max_seq_length: int | None) -> str:
     return "uint16" if max_seq_length is not None and max_seq_length <= 1 << 16 else "uint32"
 
 
-def columns_of(batch: InstanceBatch, *, vocab_size: int | None, max_seq_length: int | None) -> dict[str, str]:
+SINGLE_SEGMENT = frozenset({"tokens", "packed"})
+"""Objectives whose rows are one segment: their shards have no ``segment_ids`` (all zeros), so
+that a tokens-only sample is its ``input_ids`` (ModernBERT's ``NoStreamingDataset`` takes every
+array column for token ids)."""
+
+
+def columns_of(batch: InstanceBatch, *, vocab_size: int | None, max_seq_length: int | None,
+               objective: str | None = None) -> dict[str, str]:
     """The MDS columns (name -> encoding) of a shard whose first instances are ``batch``."""
     ids, positions = _id_dtype(vocab_size), _position_dtype(max_seq_length)
-    columns = {"id": "str", "input_ids": f"ndarray:{ids}", "segment_ids": "ndarray:uint8"}
+    columns = {"id": "str", "input_ids": f"ndarray:{ids}"}
+    if objective not in SINGLE_SEGMENT:
+        columns["segment_ids"] = "ndarray:uint8"
     if len(batch.masked_lm_ids):
         columns["masked_lm_positions"] = f"ndarray:{positions}"
         columns["masked_lm_ids"] = f"ndarray:{ids}"
@@ -148,8 +157,8 @@ class MDSShardWriter:
     """
 
     def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, vocab_size: int | None = None,
-                 mds_compression: str | None = "none", task_id: str | None = None, first_row: int = 0,
-                 size_limit: int = SIZE_LIMIT, **_settings):
+                 mds_compression: str | None = "none", objective: str | None = None, task_id: str | None = None,
+                 first_row: int = 0, size_limit: int = SIZE_LIMIT, **_settings):
         compression = mds_compression or "none"
         if compression not in COMPRESSIONS:
             raise ValueError(f"MDS compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
@@ -160,6 +169,7 @@ class MDSShardWriter:
         self._size_limit = size_limit
         self._vocab_size = vocab_size
         self._max_seq_length = max_seq_length
+        self._objective = objective
         self._prefix = "" if task_id is None else f"{task_id}-"
         self._next_row = first_row
         self.columns: dict[str, str] | None = None
@@ -170,7 +180,8 @@ class MDSShardWriter:
         self.shard_entry: dict | None = None
 
     def _start(self, batch: InstanceBatch) -> None:
-        self.columns = columns_of(batch, vocab_size=self._vocab_size, max_seq_length=self._max_seq_length)
+        self.columns = columns_of(batch, vocab_size=self._vocab_size, max_seq_length=self._max_seq_length,
+                          objective=self._objective)
         config = shard_config(self.columns, self._compression, self._size_limit)
         self._config_bytes = json.dumps(config, sort_keys=True).encode()
         self._bytes = 4 + 4 + len(self._config_bytes)  # samples count, last offset, config
@@ -266,7 +277,8 @@ class MDSShardWriter:
 
     def _check(self, batch: InstanceBatch) -> None:
         """The block fits the shard's columns (decided by its first block) and their dtypes."""
-        expected = columns_of(batch, vocab_size=self._vocab_size, max_seq_length=self._max_seq_length)
+        expected = columns_of(batch, vocab_size=self._vocab_size, max_seq_length=self._max_seq_length,
+                          objective=self._objective)
         if not len(batch.masked_lm_ids) and "masked_lm_ids" in self.columns:
             expected["masked_lm_positions"], expected["masked_lm_ids"] = (
                 self.columns["masked_lm_positions"], self.columns["masked_lm_ids"])
@@ -407,9 +419,10 @@ def columns_to_batch(columns: dict) -> InstanceBatch:
     boundary = columns.get("token_boundary")
     documents = columns.get("document_starts")
     language = columns.get("language")
+    segments = columns.get("segment_ids")
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
-        segment_ids=columns["segment_ids"][0].astype(np.int8),
+        segment_ids=np.zeros(len(ids), np.int8) if segments is None else segments[0].astype(np.int8),
         offsets=offsets,
         masked_lm_positions=positions.astype(np.int32),
         masked_lm_ids=masked_ids.astype(np.int32),

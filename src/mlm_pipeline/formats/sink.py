@@ -420,5 +420,5 @@ def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_pre
     return ShardSink(
         config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
         max_seq_length=config.max_seq_length, max_predictions=max_predictions, vocab_size=vocab_size,
-        writer_options={"mds_compression": config.mds_compression},
+        writer_options={"mds_compression": config.mds_compression, "objective": config.objective},
     )
