@@ -188,9 +188,11 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_ranks_share_the_instances_between_them(root, tmp_path):
-    """Two real ranks (torch.distributed over gloo on 127.0.0.1, as torchrun starts them on one
-    node): each yields its part, together every instance, the padding streaming adds to even them
-    out aside."""
+    """Two ranks on one node, as torchrun starts them: only the environment (RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1); streaming itself then starts
+    torch.distributed (gloo on CPU) when WORLD_SIZE > 1, so ranks cannot be simulated in one
+    process. Each yields its part; together every instance, the padding streaming adds to even
+    them out aside."""
     out, manifest = _out(root, "mds", objective="nsp")
     expected = parquet_rows(*_out(root, "parquet", objective="nsp"))
     port = str(_free_port())
