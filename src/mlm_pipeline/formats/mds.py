@@ -25,7 +25,9 @@ others when the objective fills them; ``segment_ids`` unless every row is one se
 bytes of MDS data, whichever comes first (streaming's own default limit; its offsets are uint32, so
 a shard could never pass 4 GiB). With ``--mds-compression zstd`` each committed file is the zstd
 frame of that data, as streaming compresses a shard, and ``index.json`` names the data's own
-(decompressed) file ``part-….mds.raw`` beside it, where streaming writes it on first read.
+(decompressed) file ``part-….mds.SHA.raw`` beside it (``SHA``: the start of its SHA-256), where
+streaming writes it on first read: a copy left by an earlier run's shard of that name is never
+taken for this one's.
 """
 
 from __future__ import annotations
@@ -48,9 +50,14 @@ one shard's data until it is whole, as the offsets come first."""
 COMPRESSIONS = ("none", "zstd")
 ZSTD_LEVEL = 3  # streaming's level for "zstd"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-RAW_SUFFIX = ".raw"  # a compressed shard's decompressed file, as index.json names it
 HASHES = ["sha256"]  # the digests index.json records (the manifest's own)
 _HEADER = 5  # ndarray header bytes reserved per row: (ndim << 2 | shape dtype), then the shape
+
+
+def raw_basename(path: str, raw_sha256: str) -> str:
+    """A compressed shard's decompressed file, as index.json names it (streaming uses a file of
+    that name that it finds, so the name changes with the content)."""
+    return f"{path}.{raw_sha256[:16]}.raw"
 
 
 def _id_dtype(vocab_size: int | None) -> str:
@@ -462,7 +469,7 @@ def index_entry(shard: dict) -> dict:
         raw = {"basename": path, "bytes": shard["bytes"], "hashes": {"sha256": shard["sha256"]}}
         zipped = None
     else:
-        raw = {"basename": path + RAW_SUFFIX, "bytes": mds["raw_bytes"], "hashes": {"sha256": mds["raw_sha256"]}}
+        raw = {"basename": raw_basename(path, mds["raw_sha256"]), "bytes": mds["raw_bytes"], "hashes": {"sha256": mds["raw_sha256"]}}
         zipped = {"basename": path, "bytes": shard["bytes"], "hashes": {"sha256": shard["sha256"]}}
     return {**config, "raw_data": raw, "samples": shard["instances"], "zip_data": zipped}
 
