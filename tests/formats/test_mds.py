@@ -302,6 +302,28 @@ def test_mds_compression_needs_format_mds(tmp_path):
                       format="parquet", mds_compression="zstd")
 
 
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_row_ranges_read_as_the_whole_shard_holds_them(root, compression):
+    out, manifest = _out(root, "mds", objective="sop", **({} if compression == "none" else {"mds_compression": "zstd"}))
+    fmt = get_output_format("mds")
+    rng = np.random.default_rng(0)
+    for shard in manifest["shards"][:3]:
+        url = str(out / shard["path"])
+        whole = fmt.read(url)
+        rows = fmt.rows(url)
+        n = shard["instances"]
+        ranges = [(0, n), (0, 1), (n - 1, n)] + [tuple(sorted(rng.integers(0, n + 1, 2))) for _ in range(5)]
+        for start, stop in ranges:
+            part = rows.read(int(start), int(stop))
+            expected = whole.slice(int(start), int(stop))
+            for name in ("input_ids", "segment_ids", "offsets", "masked_lm_positions", "masked_lm_ids",
+                         "masked_offsets", "next_sentence_labels", "token_boundary"):
+                np.testing.assert_array_equal(getattr(part, name), getattr(expected, name), err_msg=name)
+        with pytest.raises(ValueError, match=f"has {n} rows, rows up to {n + 1} requested"):
+            rows.read(0, n + 1)
+        rows.close()
+
+
 # --------------------------------------------------------------------------------------------
 # shard size, document starts and languages, uint32 ids
 

@@ -4,6 +4,8 @@ Each shard is one joint MDS file as streaming's ``MDSWriter`` writes it, and the
 ``index.json`` (version 2) lists every shard in the manifest's order, so that
 ``streaming.StreamingDataset(local=OUTPUT)`` (or ``remote=`` the same directory on an object
 store) reads the output as it is. Writing needs no library beyond numpy and pyarrow (zstd).
+:func:`read_mds` reads a whole shard back, vectorised, and :class:`MDSRows` a range of its rows
+(the torch loader's windows) by their byte range.
 
 A joint shard is ``[samples: uint32][offsets: (samples + 1) x uint32][config JSON][samples]``,
 the offsets counted from the file's start; a sample is the byte sizes of its variable-size
@@ -452,6 +454,67 @@ def read_mds(url: str) -> InstanceBatch:
     return columns_to_batch(read_columns(decompress(fs.read_bytes(url))))
 
 
+class MDSRows:
+    """Rows ``[start, stop)`` of one MDS shard, read by their byte range: the header (sample count,
+    offsets, configuration) once, then only the samples asked for. A compressed shard is
+    decompressed whole on the first read and kept (zstd has no random access)."""
+
+    def __init__(self, url: str):
+        self._url = url
+        self._file = None
+        self._data: bytes | None = None  # a compressed shard's data
+        self._offsets: np.ndarray | None = None
+        self._config = b""
+
+    def _open(self) -> None:
+        self._file = fs.open_ranges(self._url)
+        head = _read_exactly(self._file, 8)
+        if head[:4] == _ZSTD_MAGIC:
+            self._file.seek(0)
+            self._data = decompress(self._file.read())
+            _, self._offsets, _ = parse_columns(self._data)
+            return
+        n = int.from_bytes(head[:4], "little")
+        rest = _read_exactly(self._file, 4 * n)
+        offsets = np.frombuffer(head[4:] + rest, "<u4").astype(np.int64)
+        self._config = _read_exactly(self._file, int(offsets[0]) - 4 - 4 * (n + 1))
+        if np.any(np.diff(offsets) < 0):
+            raise ValueError("damaged MDS shard: its offsets go back")
+        self._offsets = offsets
+
+    def read(self, start: int, stop: int) -> InstanceBatch:
+        if self._offsets is None:
+            self._open()
+        n = len(self._offsets) - 1
+        if stop > n:
+            raise ValueError(f"{self._url}: has {n} rows, rows up to {stop} requested (manifest out of date?)")
+        lo, hi = int(self._offsets[start]), int(self._offsets[stop])
+        if self._data is not None:
+            samples = self._data[lo:hi]
+            config = bytes(self._data[4 + 4 * (n + 1) : int(self._offsets[0])])
+        else:
+            self._file.seek(lo)
+            samples, config = _read_exactly(self._file, hi - lo), self._config
+        # the rows as a shard of their own: rebased offsets, the same configuration
+        k = stop - start
+        first = 4 + 4 * (k + 1) + len(config)
+        offsets = (self._offsets[start : stop + 1] - lo + first).astype("<u4")
+        shard = np.array([k], "<u4").tobytes() + offsets.tobytes() + config + samples
+        return columns_to_batch(read_columns(shard))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = self._data = self._offsets = None
+
+
+def _read_exactly(f, size: int) -> bytes:
+    data = f.read(size)
+    if len(data) != size:
+        raise ValueError(f"damaged MDS shard: {len(data)} bytes where {size} were expected (truncated?)")
+    return data
+
+
 # --------------------------------------------------------------------------------------------
 # index.json
 
@@ -481,4 +544,5 @@ def run_files(manifest: dict) -> dict[str, bytes]:
     return {"index.json": json.dumps(index, sort_keys=True).encode()}
 
 
-FORMAT = OutputFormat(name="mds", open_writer=MDSShardWriter, read_shard=read_mds, run_files=run_files)
+FORMAT = OutputFormat(name="mds", open_writer=MDSShardWriter, read_shard=read_mds, open_rows=MDSRows,
+                      run_files=run_files)
