@@ -24,7 +24,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import numpy as np
