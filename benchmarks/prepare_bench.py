@@ -24,6 +24,7 @@ Variants (``--variants``, comma-separated):
   pq-d1      the same, Parquet output
   tf-d5      TFRecord, dupe factor 5 (tokenize once, build and mask 5 times)
   pq-d5      Parquet, dupe factor 5
+  mds-d1     the same as pq-d1, MDS output (``--format mds``); compared with pq-d1
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
   fast       the same lines through the fast backend on its own (``nanotoken``'s ``encode_batch``,
              one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
@@ -86,6 +87,7 @@ MAX_SPLIT_BYTES = 64 << 20  # the largest task --split-size auto makes
 PREPARE_VARIANTS = {
     "tf-d1": {"format": "tfrecord", "dupe_factor": 1},
     "pq-d1": {"format": "parquet", "dupe_factor": 1},
+    "mds-d1": {"format": "mds", "dupe_factor": 1},
     "tf-d5": {"format": "tfrecord", "dupe_factor": 5},
     "pq-d5": {"format": "parquet", "dupe_factor": 5},
     "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
@@ -100,8 +102,8 @@ PREPARE_VARIANTS = {
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,sop-d1,"
-                    "sop-ref-d1,tf-d1-w2,raw-x2,hf")
+DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,mds-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,"
+                    "sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf")
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 
@@ -109,6 +111,7 @@ SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 COMPARISONS = [
     ("pq-d1", "tf-d1", "Parquet / TFRecord speed (dupe 1)"),
     ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
+    ("mds-d1", "pq-d1", "MDS / Parquet speed (dupe 1): at least 0.91 keeps MDS within 10% of Parquet's cost"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
     ("tf-d1-x2", "tf-d1", "2 one-worker runs on the halves at once / 1 on all: what 2 processes get, with no pool"),

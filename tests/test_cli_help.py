@@ -24,8 +24,8 @@ def help_of(command: str, columns: int) -> str:
 
 
 # (sop's two flags: +5 lines; --wiki-keep-references: +3 at 80 columns; packed's --packing and
-# --no-cross-document: +6 at 80, +6 at 100)
-@pytest.mark.parametrize("columns,most", [(80, 199), (100, 171)])
+# --no-cross-document: +6 at 80, +6 at 100; mds and --mds-compression: +4 at 80, +3 at 100)
+@pytest.mark.parametrize("columns,most", [(80, 203), (100, 174)])
 def test_prepare_help_fits_an_ordinary_terminal(columns, most):
     out = help_of("prepare", columns)
     lines = out.splitlines()
@@ -38,7 +38,7 @@ def test_prepare_help_fits_an_ordinary_terminal(columns, most):
         panel = panel[:panel.index("╰")]
         assert flag_text(s) in panel, (s.name, flag_text(s))
     assert "--do-lower-case / --no-do-lower-case" in out and "--max-seq-length N " in out
-    assert "--format tfrecord|parquet" in out and "-o, --output TEXT" in out
+    assert "--format tfrecord|parquet|mds" in out and "-o, --output TEXT" in out
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -276,7 +276,10 @@ class PrepareConfig(BaseModel):
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
+        "parquet: the same columns, unpadded, zstd-compressed. mds: mosaicml-streaming's (Composer).",
+        choices=_output_format_choices)
+    mds_compression: Literal["none", "zstd"] = setting(
+        "none", "output", "zstd: compressed MDS shards (not for NoStreamingDataset).")
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
@@ -399,6 +402,8 @@ class PrepareConfig(BaseModel):
             how = f" (--reference writes them as its script does, {self.num_out_files} files)" if self.reference else ""
             raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files{how}; it needs --format tfrecord, "
                              f"not {self.format}")
+        if self.mds_compression != "none" and self.format != "mds":
+            raise ValueError(f"--mds-compression compresses MDS shards; it needs --format mds, not {self.format}")
         _check_masking_scheme(self)
         from mlm_pipeline.instances import get_objective
 

@@ -40,7 +40,13 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class ShardWriter(Protocol):
-    """Appends blocks of instances to one shard file (an open binary file it does not close)."""
+    """Appends blocks of instances to one shard file (an open binary file it does not close).
+
+    Two optional members, which the shard sink uses where a writer has them: ``room(batch) -> int``,
+    how many of the block's first rows the shard can still take (a format whose shards are also cut
+    by bytes: MDS), and ``shard_entry``, a dict set by ``close`` that the sink adds to the shard's
+    manifest entry (what the format's ``run_files`` need to know of the shard).
+    """
 
     def write(self, batch: InstanceBatch) -> None: ...
 
@@ -84,7 +90,9 @@ class OutputFormat:
         open_writer: ``open_writer(f, *, max_seq_length, max_predictions, vocab_size, **_) ->
             ShardWriter`` for an open binary file ``f`` (the limits are those of the run, and
             ``vocab_size`` its tokenizer's, ``None`` when unknown; a format may ignore them, and
-            takes ``**_`` for settings added later).
+            takes ``**_`` for settings added later). The shard sink also passes ``task_id`` and
+            ``first_row`` (the task's instances in its earlier shards, for formats that number
+            rows), ``objective`` and ``mds_compression``.
             ``max_predictions`` 0 means the run's instances carry no masks and no NSP labels and
             the layout has no masked-LM slots (ELECTRA's): TFRecord then writes only
             ``input_ids``, ``input_mask`` and ``segment_ids``.

@@ -232,24 +232,27 @@ class ShardSink:
         max_seq_length: int,
         max_predictions: int,
         vocab_size: int | None = None,
+        writer_options: dict | None = None,
     ):
         self.output = output
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.limit = max_instances_per_shard
         self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
-                            "vocab_size": vocab_size}
+                            "vocab_size": vocab_size, **(writer_options or {})}
         self.tmp_dir = tmp_dir_for(output)
         self.shards: list[dict] = []
         self._writer = None
         self._file: HashingFile | None = None
         self._tmp_path = None
         self._count = 0
+        self._rows = 0  # the task's instances in its committed shards (a writer may number rows)
 
     def _open(self) -> None:
         self._tmp_path = os.path.join(self.tmp_dir, layout.tmp_shard_name(self.task_id))
         self._file = HashingFile(self._tmp_path)
-        self._writer = self.format.open_writer(self._file, **self.writer_args)
+        self._writer = self.format.open_writer(self._file, task_id=self.task_id, first_row=self._rows,
+                                               **self.writer_args)
         self._count = 0
 
     def _close_file(self) -> None:
@@ -267,8 +270,10 @@ class ShardSink:
         digest = self._file.hexdigest()
         commit_file(self._tmp_path, fs.join(layout.shards_url(self.output), name))
         self.shards.append(
-            {"path": layout.shard_path(name), "instances": self._count, "bytes": size, "sha256": digest}
+            {"path": layout.shard_path(name), "instances": self._count, "bytes": size, "sha256": digest,
+             **(getattr(self._writer, "shard_entry", None) or {})}  # (a format's own, such as MDS's columns)
         )
+        self._rows += self._count
         self._writer = None
         self._file = None
         self._tmp_path = None
@@ -280,10 +285,15 @@ class ShardSink:
                 self._open()
             room = self.limit - self._count
             stop = min(len(batch), start + room)
+            full = self._count + stop - start >= self.limit
+            if hasattr(self._writer, "room"):  # a format whose shards are also cut by bytes (MDS)
+                fits = self._writer.room(batch.slice(start, stop))
+                full = full or fits < stop - start
+                stop = start + fits
             self._writer.write(batch.slice(start, stop))
             self._count += stop - start
             start = stop
-            if self._count >= self.limit:
+            if full:
                 self._commit()
 
     def close(self) -> list[dict]:
@@ -410,4 +420,5 @@ def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_pre
     return ShardSink(
         config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
         max_seq_length=config.max_seq_length, max_predictions=max_predictions, vocab_size=vocab_size,
+        writer_options={"mds_compression": config.mds_compression, "objective": config.objective},
     )
