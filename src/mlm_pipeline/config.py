@@ -206,6 +206,20 @@ class PrepareConfig(BaseModel):
         "auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    language: list[str] = setting(
+        [], "input", "CODE=PATH: the files, directory or glob PATH hold language CODE (repeatable: --language "
+        "en=corpus/en/ --language zh=corpus/zh/); PATH is read as an input. Each instance records its language.",
+        metavar="CODE=PATH", runtime=True)
+    language_dirs: bool = setting(
+        False, "input", "Each input directory holds a directory per language, named by its code (corpus/en/, "
+        "corpus/zh/).")
+    language_field: str | None = setting(
+        None, "input", "JSONL/Parquet: the field naming each record's language (a record without it takes its "
+        "file's language, else und).", metavar="FIELD")
+    language_alpha: float | None = setting(
+        None, "instances", "Sample languages by q_i ∝ p_i^α, p_i each language's share of the input tokens "
+        "(XLM-R: 0.3): repeated languages get new cuts and masks, the others are subsampled by document; 1: the "
+        "natural mix. Costs one more tokenization of the input (a counting pass).", metavar="α", gt=0.0, le=1.0)
     sentence_split: bool = setting(
         False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
         "per line (WikiText, web text); a blank line still ends a document.")
@@ -367,6 +381,13 @@ class PrepareConfig(BaseModel):
                 data["tokenizer"] = data["spm_model_file"]
                 if "://" not in data["spm_model_file"]:
                     data["spm_model_file"] = os.path.abspath(data["spm_model_file"])
+            if data.get("language"):  # the labelled paths are inputs too
+                inputs = list(data.get("inputs") or [])
+                for entry in data["language"]:
+                    path = str(entry).partition("=")[2]
+                    if path and path not in inputs:
+                        inputs.append(path)
+                data["inputs"] = inputs
             tok = data.get("tokenizer")
             if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
@@ -396,6 +417,9 @@ class PrepareConfig(BaseModel):
             raise ValueError(f"--num-out-files writes ELECTRA's TFRecord files{how}; it needs --format tfrecord, "
                              f"not {self.format}")
         _check_masking_scheme(self)
+        from mlm_pipeline.languages import check_settings
+
+        check_settings(self)
         from mlm_pipeline.instances import get_objective
 
         if self.random_next_sentence and self.objective != "sop":

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.executors.array import task_share
 from mlm_pipeline.executors.base import Executor
+from mlm_pipeline.languages import sample_plan
 from mlm_pipeline.progress import Progress
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import RunLock
@@ -102,6 +103,8 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
 
 def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dict:
     start = start_run(config, clean=not shared)  # shared: other workers may be writing into _tmp/
+    if config.language_alpha is not None:  # the languages' rates, from a counting pass (languages.py)
+        start = replace(start, plan=sample_plan(config, start.plan))
     tasks = start.pending
     if config.task_count is not None:
         tasks = task_share(tasks, config.task_rank, config.task_count)

@@ -37,6 +37,8 @@ SCHEMA = pa.schema(
 )
 ALBERT_SCHEMA = SCHEMA.append(pa.field("token_boundary", pa.list_(pa.int32())))
 """``sop``'s shards: BERT's columns and ALBERT's ``token_boundary``."""
+LANGUAGE_FIELD = pa.field("language", pa.string())
+"""Each instance's language code, the last column of a run with languages."""
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32}
@@ -62,6 +64,11 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
         else batch.next_sentence_labels.astype(np.int32)
     )
     boundary = [] if batch.token_boundary is None else [_list(batch.token_boundary, batch.offsets, pa.int32())]
+    schema = ALBERT_SCHEMA if boundary else SCHEMA
+    language = []
+    if batch.languages is not None:  # (runs with languages only: other shards keep their schema and bytes)
+        language = [pa.array(batch.languages.tolist(), pa.string())]
+        schema = schema.append(LANGUAGE_FIELD)
     return pa.Table.from_arrays(
         [
             _list(batch.input_ids, batch.offsets, pa.int32()),
@@ -72,8 +79,9 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
             _list(np.ones(n_mask, np.float32), batch.masked_offsets, pa.float32()),
             _array(nsp, pa.int32()),
             *boundary,
+            *language,
         ],
-        schema=ALBERT_SCHEMA if boundary else SCHEMA,
+        schema=schema,
     )
 
 
@@ -97,6 +105,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     mids, _ = _flat(table.column("masked_lm_ids"))
     nsp = _numpy(table.column("next_sentence_labels").combine_chunks(), np.int32)
     boundary = _flat(table.column("token_boundary"))[0] if "token_boundary" in table.column_names else None
+    languages = (np.array(table.column("language").to_pylist(), dtype=str)
+                 if "language" in table.column_names else None)
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -106,6 +116,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         masked_offsets=moff,
         next_sentence_labels=None if (len(nsp) and nsp.min() < 0) else nsp.astype(np.int8),
         token_boundary=None if boundary is None else boundary.astype(np.int8),
+        languages=languages,
     )
 
 
@@ -152,7 +163,7 @@ def read_parquet(url: str) -> InstanceBatch:
 
 # the columns an InstanceBatch is made of (input_mask and masked_lm_weights are all ones)
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
-_OPTIONAL_COLUMNS = ["token_boundary"]  # read where a shard has them
+_OPTIONAL_COLUMNS = ["token_boundary", "language"]  # read where a shard has them
 
 
 def _footer(f) -> pq.FileMetaData:

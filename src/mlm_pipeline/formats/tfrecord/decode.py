@@ -396,12 +396,16 @@ def features_to_batch(features: dict[str, np.ndarray]) -> InstanceBatch:
     """
     if not features:
         return InstanceBatch.empty()
-    if set(features) == set(SEQUENCE_FEATURES):  # ELECTRA's examples: no masks, no NSP labels
-        return InstanceBatch.from_padded(features)
-    missing = [name for name in BERT_FEATURES if name not in features]
-    if missing:
-        raise ValueError(f"not a BERT pretraining TFRecord: missing features {', '.join(missing)}")
-    return InstanceBatch.from_padded(features)
+    features = dict(features)
+    language = features.pop("language", None)  # (runs with languages: a bytes_list of one code)
+    if set(features) != set(SEQUENCE_FEATURES):  # ELECTRA's examples: no masks, no NSP labels
+        missing = [name for name in BERT_FEATURES if name not in features]
+        if missing:
+            raise ValueError(f"not a BERT pretraining TFRecord: missing features {', '.join(missing)}")
+    batch = InstanceBatch.from_padded(features)
+    if language is not None:
+        batch.languages = np.array([bytes(v).decode() for v in np.asarray(language).reshape(-1)], dtype=str)
+    return batch
 
 
 def _read_all(source: Source) -> bytes:
