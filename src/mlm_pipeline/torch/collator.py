@@ -187,6 +187,10 @@ class MLMCollator:
             this length (longer samples are an error).
         sample_info: also return ``sample_index`` (int64) and ``sample_weight`` (float32, 0 for
             padding samples) — not model inputs, pop them before ``model(**batch)``.
+        language_ids: language code -> id (``dataset.language_ids``, the manifest's table): also
+            return ``langs`` (int64 ``[B, L]``, the sample's language id at every position, padding
+            included), XLM's input to its language embeddings. Samples need their ``language``
+            (outputs prepared with ``--language``).
 
     Returns a dict of tensors: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
     ``[B, L]``), ``labels`` (int64 ``[B, L]``, the original id at masked positions, -100
@@ -216,6 +220,7 @@ class MLMCollator:
         pad_to_multiple_of: int | None = None,
         max_length: int | None = None,
         sample_info: bool = False,
+        language_ids: dict[str, int] | None = None,
     ):
         if isinstance(tokenizer, str):
             from mlm_pipeline.tokenize import load_tokenizer
@@ -265,6 +270,9 @@ class MLMCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
         self.sample_info = bool(sample_info)
+        if language_ids is not None and not all(isinstance(v, int) and v >= 0 for v in language_ids.values()):
+            raise ValueError(f"language_ids maps language codes to non-negative ints, got {language_ids!r}")
+        self.language_ids = None if language_ids is None else dict(language_ids)
         self._masks_seen = masking != "static"  # static: until a batch shows stored masks
         # what made its ids, for MLMDataLoader to compare with the shards' tokenizer
         self.tokenizer_fingerprint = getattr(tokenizer, "fingerprint", None)
@@ -336,6 +344,14 @@ class MLMCollator:
             nsp = torch.tensor([int(s["next_sentence_label"]) for s in samples], dtype=torch.int64)
             nsp[(nsp < 0) | (weight == 0)] = IGNORE_INDEX
             batch[self.sentence_label] = nsp
+        if self.language_ids is not None:  # XLM's language embeddings: the row's language id at every token
+            missing = {s.get("language") for s in samples} - set(self.language_ids)
+            if missing:
+                raise ValueError(f"samples of language {', '.join(map(str, sorted(missing, key=str)))} have no id "
+                                 f"in language_ids ({', '.join(sorted(self.language_ids))}); None: the output was "
+                                 "prepared without languages")
+            row_ids = torch.tensor([self.language_ids[s["language"]] for s in samples], dtype=torch.int64)
+            batch["langs"] = row_ids[:, None].expand(n, width).clone()
         if self.sample_info:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight
