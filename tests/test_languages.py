@@ -142,7 +142,7 @@ def test_unlabelled_input_is_refused(corpus, tmp_path):
 
 
 def test_language_dirs_label_by_directory(corpus, tmp_path):
-    manifest = prepare({"inputs": [str(corpus)], "language_dirs": True, "output": str(tmp_path / "o"),
+    manifest = prepare({"language": [f"*={corpus}"], "output": str(tmp_path / "o"),
                         "tokenizer": str(VOCAB), "workers": 1, "format": "parquet"})
     assert {Path(f["path"]).parent.name: f["language"] for f in manifest["inputs"]} == {"en": "en", "zh": "zh"}
     assert set(manifest["totals"]["languages"]) == {"en", "zh"}
@@ -183,3 +183,68 @@ def test_document_uses_hold_the_fraction_to_one_document():
         used = int((uses * doc_tokens).sum())
         assert abs(used - rate * doc_tokens.sum()) <= doc_tokens.max()
     assert (document_uses(1.0, doc_tokens, np.random.default_rng(1)) == 1).all()
+
+
+def test_report_shows_each_language_before_and_after_sampling(corpus, tmp_path):
+    from mlm_pipeline.report.data import report_data
+    from mlm_pipeline.report.html import render_html
+    from mlm_pipeline.report.text import render_report
+
+    manifest = _run(corpus, tmp_path / "out", language_alpha=0.3)
+    per = manifest["totals"]["languages"]
+    text = render_report(manifest)
+    assert "languages (--language-alpha 0.3)" in text
+    for code in ("en", "zh"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(f"{code} (id"))
+        assert f"{per[code]['tokens']:,}" in line and f"{per[code]['sampled_tokens']:,}" in line
+        assert f"target {manifest['languages']['target_shares'][code]:.1%}" in line
+    data = report_data(manifest)
+    assert data["languages"]["alpha"] == 0.3
+    assert [r["tokens"] for r in data["languages"]["rows"]] == [per["en"]["tokens"], per["zh"]["tokens"]]
+    page = render_html(data, [])
+    assert "id='languages'" in page and "--language-alpha 0.3" in page and f"{per['zh']['sampled_tokens']:,}" in page
+
+
+def _records(corpus: Path) -> list[dict]:
+    """The corpus's documents as records naming their language, English and Chinese interleaved,
+    and a few without a language."""
+    en = [p for p in (corpus / "en" / "wikitext.txt").read_text("utf-8").split("\n \n") if p.strip()]
+    zh = [p for p in (corpus / "zh" / "hongloumeng.txt").read_text("utf-8").split("\n\n") if p.strip()]
+    records = [{"text": t, "lang": "en"} for t in en]
+    for i, t in enumerate(zh):  # Chinese records spread among the English ones
+        records.insert(i * 5, {"text": t, "lang": "zh"})
+    records += [{"text": "A record without a language field."}, {"text": "Another one.", "lang": ""}]
+    return records
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_language_field_labels_each_record(corpus, tmp_path, fmt):
+    records = _records(corpus)
+    path = tmp_path / f"mixed.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": [r["text"] for r in records], "lang": [r.get("lang") for r in records]}),
+                       path, row_group_size=64)
+    manifest = prepare({"inputs": [str(path)], "language_field": "lang", "language_alpha": 0.3,
+                        "output": str(tmp_path / "out"), "tokenizer": str(VOCAB), "objective": "packed",
+                        "format": "parquet", "workers": 1})
+    per = manifest["totals"]["languages"]
+    assert set(per) == {"en", "zh", "und"}
+    assert per["und"]["documents"] == 2  # no field, an empty one
+    batch = _shards(tmp_path / "out", manifest)
+    vocab = _vocab()
+    for i in range(len(batch)):
+        row = batch.input_ids[batch.offsets[i]:batch.offsets[i + 1]].copy()
+        masked = batch.masked_lm_positions[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
+        row[masked] = batch.masked_lm_ids[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
+        text = re.sub(r"\[(CLS|SEP|UNK)\]", "", "".join(vocab[t] for t in row))
+        assert bool(CJK.search(text)) == (batch.languages[i] == "zh"), (i, batch.languages[i], text[:60])
+    q = manifest["languages"]["target_shares"]
+    lengths = np.diff(batch.offsets)
+    for code in ("en", "zh"):
+        share = lengths[batch.languages == code].sum() / lengths.sum()
+        assert abs(share - q[code]) <= 0.02, (code, share, q[code])

@@ -207,19 +207,12 @@ class PrepareConfig(BaseModel):
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
     language: list[str] = setting(
-        [], "input", "CODE=PATH: the files, directory or glob PATH hold language CODE (repeatable: --language "
-        "en=corpus/en/ --language zh=corpus/zh/); PATH is read as an input. Each instance records its language.",
-        metavar="CODE=PATH", runtime=True)
-    language_dirs: bool = setting(
-        False, "input", "Each input directory holds a directory per language, named by its code (corpus/en/, "
-        "corpus/zh/).")
+        [], "input", "Input PATH is in language CODE; once per language (*=PATH: a directory "
+        "per language, PATH/en/...).", metavar="CODE=PATH", runtime=True)
     language_field: str | None = setting(
-        None, "input", "JSONL/Parquet: the field naming each record's language (a record without it takes its "
-        "file's language, else und).", metavar="FIELD")
+        None, "input", "JSONL/Parquet field naming each record's language.", metavar="FIELD")
     language_alpha: float | None = setting(
-        None, "instances", "Sample languages by q_i ∝ p_i^α, p_i each language's share of the input tokens "
-        "(XLM-R: 0.3): repeated languages get new cuts and masks, the others are subsampled by document; 1: the "
-        "natural mix. Costs one more tokenization of the input (a counting pass).", metavar="α", gt=0.0, le=1.0)
+        None, "instances", "Sample languages by q_i ∝ p_i^α of their tokens (XLM-R: 0.3).", metavar="α", gt=0.0, le=1.0)
     sentence_split: bool = setting(
         False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
         "per line (WikiText, web text); a blank line still ends a document.")

@@ -1,9 +1,9 @@
 """Languages: which language each input is in, and languages sampled by α (XLM-R, mmBERT).
 
-Labels. A run uses languages when ``--language CODE=PATH``, ``--language-dirs`` or
-``--language-field`` is given. A file's language comes from the ``--language`` entry whose
-listing holds it, or, with ``--language-dirs``, from the name of the first directory under the
-input directory that holds it (``corpus/en/a.txt`` is ``en``); it is stored in each of the file's
+Labels. A run uses languages when ``--language`` or ``--language-field`` is given. A file's
+language comes from the ``--language CODE=PATH`` entry whose listing holds it, or, for
+``--language *=PATH``, from the name of the directory under PATH that holds it
+(``corpus/en/a.txt`` is ``en``); it is stored in each of the file's
 pieces (``Piece.extra["language"]``), so the plan fingerprint covers it. An input file with no
 label is refused when the plan is made: a run never guesses a language (label such files
 ``und`` on purpose: ``--language und=PATH``). With ``--language-field`` a JSONL record or Parquet
@@ -32,21 +32,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 
 from mlm_pipeline import fs
 from mlm_pipeline.errors import InputError
+from mlm_pipeline.read.base import LANGUAGE_CODE
 from mlm_pipeline.run import layout
 
 log = logging.getLogger("mlm_pipeline")
 
 UNDETERMINED = "und"
 """BCP 47's code for an undetermined language."""
-_CODE = re.compile(r"[A-Za-z0-9]{1,8}(?:[_-][A-Za-z0-9]{1,8}){0,3}")
 SAMPLE_KEY = 1 << 30
 """The last entry of the seed that draws which documents a block uses (a pass's seed ends in a
 pass number, far below it)."""
@@ -54,22 +52,29 @@ pass number, far below it)."""
 
 def check_code(code: str, where: str) -> str:
     """A language code as written (``en``, ``zh-Hans``, ``und``), or ``ValueError``."""
-    if not isinstance(code, str) or not _CODE.fullmatch(code):
+    if not isinstance(code, str) or not LANGUAGE_CODE.fullmatch(code):
         raise ValueError(f"{where}: {code!r} is not a language code (letters and digits, parts joined by - or _, "
                          "such as en, zh, zh-Hans, und)")
     return code
 
 
 def parse_entry(entry: str) -> tuple[str, str]:
-    """``"en=corpus/en/"`` -> ``("en", "corpus/en/")``."""
+    """``"en=corpus/en/"`` -> ``("en", "corpus/en/")``; ``"*=corpus/"`` -> ``("*", "corpus/")``
+    (a directory per language under it)."""
     code, sep, path = entry.partition("=")
     if not sep or not path:
-        raise ValueError(f"--language {entry!r}: expected CODE=PATH, such as en=corpus/en/")
-    return check_code(code.strip(), "--language"), path
+        raise ValueError(f"--language {entry!r}: expected CODE=PATH (en=corpus/en/) or *=PATH (corpus/ holding a "
+                         "directory per language)")
+    code = code.strip()
+    return (code if code == BY_DIRECTORY else check_code(code, "--language")), path
+
+
+BY_DIRECTORY = "*"
+"""``--language *=PATH``: the directories under PATH are named by their language."""
 
 
 def in_use(config) -> bool:
-    return bool(config.language or config.language_dirs or config.language_field)
+    return bool(config.language or config.language_field)
 
 
 def file_languages(config, listed: list[tuple[str, int]]) -> dict[str, str] | None:
@@ -78,28 +83,29 @@ def file_languages(config, listed: list[tuple[str, int]]) -> dict[str, str] | No
     if not in_use(config):
         return None
     labels: dict[str, str] = {}
+
+    def label(url: str, code: str) -> None:
+        if labels.get(url, code) != code:
+            raise InputError(f"{url} is labelled both {labels[url]} and {code} (by --language): give each file "
+                             "one language")
+        labels[url] = code
+
     for entry in config.language:
         code, path = parse_entry(entry)
+        root = fs.listed_url(path).rstrip("/")
         for url, _ in fs.list_inputs([path]):
-            if labels.get(url, code) != code:
-                raise InputError(f"{url} is labelled both {labels[url]} and {code} (by --language): give each file "
-                                 "one language")
-            labels[url] = code
-    if config.language_dirs:
-        for item in config.inputs:
-            root = fs.listed_url(item).rstrip("/")
-            for url, _ in fs.list_inputs([item]):
-                rel = url[len(root) + 1:] if url.startswith(root + "/") else ""
-                head, sep, _rest = rel.partition("/")
-                if sep and url not in labels:
-                    labels[url] = check_code(head, f"--language-dirs: the directory {root}/{head}")
+            if code != BY_DIRECTORY:
+                label(url, code)
+                continue
+            head, sep, _rest = (url[len(root) + 1:] if url.startswith(root + "/") else "").partition("/")
+            if sep:  # (a file directly under PATH has no language directory: left unlabelled)
+                label(url, check_code(head, f"--language *={path}: the directory {root}/{head}"))
     unlabelled = [url for url, _ in listed if url not in labels]
     if unlabelled and not config.language_field:
-        how = ("name it with --language CODE=PATH" if not config.language_dirs else
-               "put it in a directory named by its language under the input directory")
         more = f" (and {len(unlabelled) - 1} more)" if len(unlabelled) > 1 else ""
-        raise InputError(f"{unlabelled[0]}{more} has no language, and the run labels its inputs by language: "
-                         f"{how}, or --language und=PATH to keep it as undetermined")
+        raise InputError(f"{unlabelled[0]}{more} has no language, and the run labels its inputs by language: name "
+                         f"it with --language CODE=PATH (or put it in a language's directory under --language *=PATH), "
+                         "or --language und=PATH to keep it as undetermined")
     return labels
 
 
@@ -196,7 +202,7 @@ def document_language(doc, piece) -> str:
     return getattr(doc, "language", None) or piece_language(piece) or UNDETERMINED
 
 
-def _count_and_save(task, config) -> tuple[str, dict[str, int]]:
+def count_and_save(task, config) -> tuple[str, dict[str, int]]:
     counts = count_task(task, config)
     fs.atomic_write_bytes(layout.language_counts_url(config.output, task.task_id), json.dumps(counts).encode())
     return task.task_id, counts
@@ -214,12 +220,10 @@ def _read_saved(config, task) -> dict[str, int] | None:
     return counts if isinstance(counts, dict) and all(isinstance(v, int) for v in counts.values()) else None
 
 
-def count_tokens(config, tasks: list) -> dict[str, int]:
+def count_tokens(config, tasks: list, map_tasks=None) -> dict[str, int]:
     """The input's tokens per language, summed over ``tasks``: saved counts are reused, the rest
-    counted (in a process pool of ``--workers`` processes when there are several tasks)."""
-    from mlm_pipeline.environment import configure_process
-    from mlm_pipeline.executors.base import worker_count
-
+    counted by ``map_tasks(count_and_save, tasks, config)`` (the driver's process pool; default:
+    one by one in this process), each saved as soon as it is made."""
     per_task: dict[str, dict[str, int]] = {}
     todo = []
     for task in tasks:
@@ -231,20 +235,9 @@ def count_tokens(config, tasks: list) -> dict[str, int]:
     if todo:
         log.info("--language-alpha: counting the tokens of each language (%d of %d tasks to count)", len(todo),
                  len(tasks))
-        workers = min(worker_count(config.workers), len(todo))
-        if workers > 1:
-            import multiprocessing as mp
-
-            from mlm_pipeline.executors.local import start_method
-
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()), initializer=configure_process,
-                                     initargs=(config.s3_endpoint_url,)) as pool:
-                for task_id, counts in pool.map(_count_and_save, todo, [config] * len(todo)):
-                    per_task[task_id] = counts
-        else:
-            for task in todo:
-                task_id, counts = _count_and_save(task, config)
-                per_task[task_id] = counts
+        results = (map_tasks or _map_here)(count_and_save, todo, config)
+        for task_id, counts in results:
+            per_task[task_id] = counts
     totals: dict[str, int] = {}
     for counts in per_task.values():
         for code, n in counts.items():
@@ -252,12 +245,16 @@ def count_tokens(config, tasks: list) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def sample_plan(config, plan):
+def _map_here(fn, tasks: list, config):
+    return [fn(task, config) for task in tasks]
+
+
+def sample_plan(config, plan, map_tasks=None):
     """The plan with each task told its languages' rates (``Task.language_rates``) and the
     counts they come from (``Plan.language_tokens``); the plan as it is without ``--language-alpha``."""
     if config.language_alpha is None:
         return plan
-    tokens = count_tokens(config, plan.tasks)
+    tokens = count_tokens(config, plan.tasks, map_tasks)
     if not tokens:
         raise InputError("--language-alpha: the input holds no token to sample")
     r = rates(tokens, config.language_alpha)
@@ -274,11 +271,11 @@ def check_settings(config) -> None:
     for entry in config.language:
         parse_entry(entry)
     if config.language_alpha is not None and not in_use(config):
-        raise ValueError("--language-alpha samples languages: give each input's language (--language CODE=PATH, "
-                         "--language-dirs or --language-field)")
+        raise ValueError("--language-alpha samples languages: give each input's language (--language CODE=PATH or "
+                         "*=PATH, or --language-field)")
     if in_use(config) and config.reference:
         raise ValueError("--reference writes what its reference script writes, which has no languages: leave out "
-                         "--language, --language-dirs and --language-field")
+                         "--language and --language-field")
 
 
 def language_record(alpha: float | None, per_language: dict[str, dict]) -> dict:
