@@ -211,6 +211,8 @@ class PrepareConfig(BaseModel):
         "per language, PATH/en/...).", metavar="CODE=PATH", runtime=True)
     language_field: str | None = setting(
         None, "input", "JSONL/Parquet field naming each record's language.", metavar="FIELD")
+    language_detect: bool = setting(
+        False, "input", "Documents without a language: detect it (fastText lid.176; the langid extra).")
     language_alpha: float | None = setting(
         None, "instances", "Sample languages by q_i ∝ p_i^α of their tokens (XLM-R: 0.3).", metavar="α", gt=0.0, le=1.0)
     sentence_split: bool = setting(

