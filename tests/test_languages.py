@@ -272,3 +272,15 @@ def test_language_detect_labels_unlabelled_documents(corpus, tmp_path):
             assert CJK.search(text), (i, text[:60])
         elif batch.languages[i] == "en":
             assert not CJK.search(text), (i, text[:60])
+
+
+def test_a_resumed_run_reuses_the_counts_and_writes_the_same_bytes(corpus, tmp_path):
+    settings = {"language_alpha": 0.3, "split_bytes": "48KiB", "block_bytes": "16KiB"}
+    first = _run(corpus, tmp_path / "out", **settings)
+    counts = tmp_path / "out" / "_language_counts"
+    saved = {p.name: p.stat().st_mtime_ns for p in counts.iterdir()}
+    (tmp_path / "out" / "manifest.json").unlink()
+    (tmp_path / "out" / "_tasks" / "00001.json").unlink()
+    again = _run(corpus, tmp_path / "out", **settings)
+    assert [(s["path"], s["sha256"]) for s in again["shards"]] == [(s["path"], s["sha256"]) for s in first["shards"]]
+    assert {p.name: p.stat().st_mtime_ns for p in counts.iterdir()} == saved  # not counted again

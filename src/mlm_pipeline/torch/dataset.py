@@ -498,6 +498,9 @@ class MLMDataset(IterableDataset):
             where[p] = (len(ranges) - 1, start - ranges[-1][1])
         order = sorted(range(len(ranges)), key=lambda r: ranges[r][3])  # read in stream order
         batches = [reader.read(*ranges[r][:3]) for r in order]
+        if len({b.languages is None for b in batches}) > 1:  # sources with and without languages, mixed
+            for b in batches:
+                b.languages = np.array([""] * len(b), dtype=str) if b.languages is None else b.languages
         base = np.zeros(len(ranges), dtype=np.int64)
         base[order] = np.cumsum([0] + [len(b) for b in batches])[:-1]
         rows = np.concatenate([np.arange(n) + base[where[p][0]] + where[p][1]
@@ -535,7 +538,7 @@ class MLMDataset(IterableDataset):
         }
         if batch.token_boundary is not None:
             sample["token_boundary"] = batch.token_boundary[s:e]
-        if batch.languages is not None:
+        if batch.languages is not None and batch.languages[k]:
             sample["language"] = str(batch.languages[k])
         return sample
 
