@@ -1,30 +1,30 @@
 """Languages: which language each input is in, and languages sampled by α (XLM-R, mmBERT).
 
-Labels. A run uses languages when ``--language`` or ``--language-field`` is given. A file's
-language comes from the ``--language CODE=PATH`` entry whose listing holds it, or, for
-``--language *=PATH``, from the name of the directory under PATH that holds it
-(``corpus/en/a.txt`` is ``en``); it is stored in each of the file's
-pieces (``Piece.extra["language"]``), so the plan fingerprint covers it. An input file with no
-label is refused when the plan is made: a run never guesses a language (label such files
-``und`` on purpose: ``--language und=PATH``). With ``--language-field`` a JSONL record or Parquet
-row names its own language; one without the field (or with an empty one) takes its file's label,
-else ``und``.
+Labels. A run uses languages when ``--language``, ``--language-field`` or ``--language-detect``
+is given. A file's language comes from the ``--language CODE=PATH`` entry whose listing holds it,
+or, for ``--language *=PATH``, from the name of the directory under PATH that holds it
+(``corpus/en/a.txt`` is ``en``); it is stored in each of the file's pieces
+(``Piece.extra["language"]``), so the plan fingerprint covers it. An input file with no label is
+refused when the plan is made, unless records or detection may label its documents: a run never
+guesses a language (label such files ``und`` on purpose: ``--language und=PATH``). A document's
+language is its record's (``--language-field``), else its file's, else the detected one
+(``--language-detect``), else ``und``.
 
 Sampling. ``--language-alpha α`` gives language ``i`` the share ``q_i ∝ p_i^α`` of the output,
 where ``p_i`` is its share of the input's tokens. The total stays the input's: each document of
 language ``i`` is used ``r_i = q_i / p_i`` times on average: ``floor(r_i)`` times each, and once
 more for documents drawn (from the task's seed, so by document, never by worker) to hold the
-fraction ``r_i - floor(r_i)`` of the block's tokens (:func:`document_uses`). Every use after the first is a new pass over the block with its own
-seed: new cuts, new pairs and new masks. ``α = 1`` gives every ``r_i = 1`` exactly: the natural
-mix, nothing repeated or dropped.
+fraction ``r_i - floor(r_i)`` of the block's tokens (:func:`document_uses`). Every use after the
+first is a new pass over the block with its own seed: new cuts, new pairs and new masks.
+``α = 1`` gives every ``r_i = 1`` exactly: the natural mix, nothing repeated or dropped.
 
 Counting pass. ``p_i`` must be known before the first instance is built, so a run with α first
 reads and tokenizes every task's input and counts its tokens per language (:func:`count_task`),
 then runs the tasks. Each task's counts are saved as ``_language_counts/<task id>.json`` in the
 output as soon as they are made, so a run stopped while counting goes on from the tasks not yet
-counted; the counts depend only on the input bytes, the tokenizer and the reading settings (which
-a resumed run must match), so any worker count gives the same rates and the same bytes. It costs
-one more read and tokenization of the input.
+counted. The counts depend only on the input bytes, the tokenizer and the reading settings, which
+a resumed run must match (its start refuses other settings before counting), so any worker count
+gives the same rates and the same bytes. It costs one more read and tokenization of the input.
 """
 
 from __future__ import annotations
