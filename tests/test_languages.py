@@ -284,3 +284,16 @@ def test_a_resumed_run_reuses_the_counts_and_writes_the_same_bytes(corpus, tmp_p
     again = _run(corpus, tmp_path / "out", **settings)
     assert [(s["path"], s["sha256"]) for s in again["shards"]] == [(s["path"], s["sha256"]) for s in first["shards"]]
     assert {p.name: p.stat().st_mtime_ns for p in counts.iterdir()} == saved  # not counted again
+
+
+def test_dry_run_names_each_file_language(corpus, tmp_path):
+    from mlm_pipeline.pipeline import plan_prepare
+    from mlm_pipeline.config import build_config
+    from mlm_pipeline.report.text import render_plan
+
+    config = build_config({"language": [f"en={corpus / 'en'}", f"zh={corpus / 'zh'}"], "output": str(tmp_path / "o"),
+                           "tokenizer": str(VOCAB), "language_alpha": 0.3})
+    text = render_plan(plan_prepare(config), str(tmp_path / "o"))
+    assert re.search(r"wikitext\.txt .*, language en$", text, re.M) and re.search(r"hongloumeng\.txt .*, language zh$",
+                                                                                  text, re.M)
+    assert not (tmp_path / "o").exists()  # (no counting pass in a dry run: nothing written)

@@ -67,7 +67,7 @@ def render_plan(plan: dict, output: str) -> str:
     lines = [f"plan: {plan['tasks']} task(s), {plan['input_bytes']:,} bytes in {len(files)} input file(s) "
              f"(split size {plan['split_bytes']:,} bytes); {len(plan['skipped_files'])} file(s) skipped"]
     lines += [f"  {f['path']}  {f['bytes']:,} bytes, {f['format']}, {f['pieces']} piece(s)"
-              for f in files[:PLANNED_FILES]]
+              + (f", language {f['language']}" if "language" in f else "") for f in files[:PLANNED_FILES]]
     if len(files) > PLANNED_FILES:
         lines.append(f"  ... and {len(files) - PLANNED_FILES} more")
     lines.append(f"dry run: nothing written; without --dry-run the run writes into {output}")
