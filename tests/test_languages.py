@@ -98,7 +98,8 @@ def test_alpha_1_is_the_natural_mix(corpus, tmp_path):
     sampled = _run(corpus, tmp_path / "a1", language_alpha=1.0)
     plain = _run(corpus, tmp_path / "plain")
     for code, c in sampled["totals"]["languages"].items():
-        assert c["sampled_tokens"] == c["tokens"] and c["sampled_documents"] == c["documents"]  # none repeated or dropped
+        # none repeated or dropped
+        assert c["sampled_tokens"] == c["tokens"] and c["sampled_documents"] == c["documents"]
     assert sampled["languages"]["rates"] == {"en": 1.0, "zh": 1.0}
     # the same instances as the run that only labels its languages, byte for byte
     assert [s["sha256"] for s in sampled["shards"]] == [s["sha256"] for s in plain["shards"]]

@@ -176,8 +176,8 @@ class _BlockStats:
             **{k: int(v) for k, v in self.mask.items()},
             "instance_length_histogram": {str(int(k)): int(v) for k, v in sorted(self.length_hist.items())},
             "masked_per_instance_histogram": {str(int(k)): int(v) for k, v in sorted(self.masked_hist.items())},
-            **({"languages": {code: {k: int(v) for k, v in sorted(c.items())} for code, c in sorted(self.languages.items())}}
-               if self.languages else {}),
+            **({"languages": {code: {k: int(v) for k, v in sorted(c.items())}
+                              for code, c in sorted(self.languages.items())}} if self.languages else {}),
         }
 
 

@@ -167,7 +167,8 @@ def _languages(data: dict) -> str:
             _num(r["sampled_tokens"]), _share(r["sampled_share"]), _num(r["instances"]), _num(r["instance_tokens"]),
             _share(r["instance_share"])]) + "</tr>"
         for r in section["rows"])
-    how = f"sampled by --language-alpha {alpha:g} (q_i ∝ p_i^α)" if sampled else "the natural mix (no --language-alpha)"
+    how = (f"sampled by --language-alpha {alpha:g} (q_i ∝ p_i^α)" if sampled
+           else "the natural mix (no --language-alpha)")
     return (f"<section id='languages'><h2>Languages</h2><p class='note'>{_e(how)}: tokens before sampling, "
             f"used over the repeats, and in the instances written.</p><table><tr>"
             + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr>{rows}</table></section>")
