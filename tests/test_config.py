@@ -47,7 +47,7 @@ def test_runtime_settings_stay_out_of_the_fingerprint():
     runtime = {s.name for s in settings_of(PrepareConfig) if s.runtime}
     assert runtime == {"workers", "executor", "ray_address", "progress", "output", "inputs", "s3_endpoint_url",
                        "task_rank", "task_count", "claim", "lease_seconds", "tokenizer_backend", "verify_inputs",
-                       "stall_seconds"}
+                       "stall_seconds", "language"}  # (--language: its labels are in the plan, by piece)
     base = build_config(REQUIRED)
     assert build_config({**REQUIRED, "workers": 7, "inputs": ["b.txt"], "claim": True}).output_fingerprint() \
         == base.output_fingerprint()

@@ -180,7 +180,8 @@ def prepare_values(model, given: dict, config_file: Path | None) -> dict:
 
     values = load_config_file(str(config_file), model) if config_file is not None else {}
     values.update({k: list(v) if isinstance(v, tuple) else v for k, v in given.items()})
-    missing = [s for s in settings_of(model) if s.required and s.name not in values]
+    missing = [s for s in settings_of(model) if s.required and s.name not in values
+               and not (s.name == "inputs" and values.get("language"))]  # (--language names inputs)
     if missing:
         names = ", ".join((s.metavar or s.name.upper()) if s.positional else "/".join(s.flags) for s in missing)
         raise ConfigError(f"missing {names} (give them on the command line or in --config)")

@@ -36,7 +36,7 @@ def flag_text(s: Setting) -> str:
 
 
 def default_text(s: Setting) -> str:
-    if s.required or s.default is None:
+    if s.required or s.default is None or s.default == []:
         return ""
     if s.value_type is bool:
         return "default: " + ("on" if s.default else "off")

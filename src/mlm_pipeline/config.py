@@ -206,6 +206,15 @@ class PrepareConfig(BaseModel):
         "auto: by name, else by the first bytes.",
         choices=_input_format_choices)
     text_field: str = setting("text", "input", "Field holding the text in JSONL records and Parquet rows.")
+    language: list[str] = setting(
+        [], "input", "Input PATH is in language CODE; once per language (*=PATH: a directory "
+        "per language, PATH/en/...).", metavar="CODE=PATH", runtime=True)
+    language_field: str | None = setting(
+        None, "input", "JSONL/Parquet field naming each record's language.", metavar="FIELD")
+    language_detect: bool = setting(
+        False, "input", "Documents without a language: detect it (fastText lid.176; the langid extra).")
+    language_alpha: float | None = setting(
+        None, "instances", "Sample languages by q_i ∝ p_i^α of their tokens (XLM-R: 0.3).", metavar="α", gt=0.0, le=1.0)
     sentence_split: bool = setting(
         False, "input", "text input: split each line into sentences with the BlingFire segmenter, for a paragraph "
         "per line (WikiText, web text); a blank line still ends a document.")
@@ -374,6 +383,13 @@ class PrepareConfig(BaseModel):
                 data["tokenizer"] = data["spm_model_file"]
                 if "://" not in data["spm_model_file"]:
                     data["spm_model_file"] = os.path.abspath(data["spm_model_file"])
+            if data.get("language"):  # the labelled paths are inputs too
+                inputs = list(data.get("inputs") or [])
+                for entry in data["language"]:
+                    path = str(entry).partition("=")[2]
+                    if path and path not in inputs:
+                        inputs.append(path)
+                data["inputs"] = inputs
             tok = data.get("tokenizer")
             if isinstance(tok, str) and "://" not in tok and not _hub_name(tok):
                 # recorded absolute, so `inspect`/`train` find it from any directory
@@ -405,6 +421,9 @@ class PrepareConfig(BaseModel):
         if self.mds_compression != "none" and self.format != "mds":
             raise ValueError(f"--mds-compression compresses MDS shards; it needs --format mds, not {self.format}")
         _check_masking_scheme(self)
+        from mlm_pipeline.languages import check_settings
+
+        check_settings(self)
         from mlm_pipeline.instances import get_objective
 
         if self.random_next_sentence and self.objective != "sop":

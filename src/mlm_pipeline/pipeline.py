@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.environment import configure_process
 from mlm_pipeline.executors.array import task_share
 from mlm_pipeline.executors.base import Executor
+from mlm_pipeline.languages import sample_plan
 from mlm_pipeline.progress import Progress
 from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import RunLock
@@ -102,6 +103,8 @@ def run_prepare(config: PrepareConfig, *, show_progress: bool | None = None) -> 
 
 def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dict:
     start = start_run(config, clean=not shared)  # shared: other workers may be writing into _tmp/
+    if config.language_alpha is not None:  # the languages' rates, from a counting pass (languages.py)
+        start = replace(start, plan=sample_plan(config, start.plan, _pool_map(config)))
     tasks = start.pending
     if config.task_count is not None:
         tasks = task_share(tasks, config.task_rank, config.task_count)
@@ -137,6 +140,26 @@ def _run(config: PrepareConfig, shared: bool, show_progress: bool | None) -> dic
     end = _End(manifest, len(start.plan.tasks), True) if manifest is not None else \
         _finish(config, start, executor, ran)
     return _worker_summary(config, start, executor, ran, end)
+
+
+def _pool_map(config: PrepareConfig):
+    """``map_tasks`` for a pass over the tasks other than the run itself (the languages' token
+    count): a process pool of ``--workers`` processes on this machine, results in task order."""
+    def map_tasks(fn, tasks, cfg):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        from mlm_pipeline.executors.base import worker_count
+        from mlm_pipeline.executors.local import start_method
+
+        workers = min(worker_count(cfg.workers), len(tasks))
+        if workers <= 1:
+            return [fn(task, cfg) for task in tasks]
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()), initializer=configure_process,
+                                 initargs=(cfg.s3_endpoint_url,)) as pool:
+            return list(pool.map(fn, tasks, [cfg] * len(tasks)))
+
+    return map_tasks
 
 
 REDO_ROUNDS = 3

@@ -25,6 +25,7 @@ from mlm_pipeline import fs
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.errors import ConfigError, InputError
 from mlm_pipeline.instances import get_objective
+from mlm_pipeline.languages import file_languages, label_pieces
 from mlm_pipeline.read import InputSample, Piece, ReadOptions, detect_format, get_input_format
 from mlm_pipeline.read.wikitext_dataset import looks_like_wikitext
 
@@ -41,6 +42,9 @@ class Task:
     pieces: tuple[Piece, ...]
     input_bytes: int
     count: int = 1  # tasks in the plan (not part of the task's identity: left out of to_dict)
+    # --language-alpha: (language, how many times its documents are used on average), from the
+    # counting pass (languages.sample_plan); derived from the input, so left out of to_dict too
+    language_rates: tuple[tuple[str, float], ...] = ()
 
     def seed_sequence(self, random_seed: int, *extra: int) -> np.random.SeedSequence:
         """Seed from (global seed, task index[, block index...]) only."""
@@ -102,6 +106,7 @@ class Plan:
     files: list[dict]
     skipped_files: list[dict] = field(default_factory=list)
     split_bytes: int = 0  # the task size used (set or auto)
+    language_tokens: dict[str, int] | None = None  # --language-alpha: the input's tokens per language
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def fingerprint(self) -> str:
@@ -167,11 +172,15 @@ def plan_tasks(config: PrepareConfig) -> Plan:
                       at_most=True)
     files: list[dict] = []
     pieces: list[tuple[Piece, int]] = []
+    labels = file_languages(config, [(f.url, f.size) for f in usable])
     for f in usable:
         plugin = get_input_format(f.fmt)
         # reference mode reads each file whole, like the reference script
         file_pieces = plugin.split(f.url, f.size, f.size if reference is not None else split_bytes, options)
+        file_pieces = label_pieces(file_pieces, None if labels is None else labels.get(f.url))
         files.append({"path": f.url, "bytes": f.size, "format": f.fmt, "pieces": len(file_pieces)})
+        if labels is not None and f.url in labels:
+            files[-1]["language"] = labels[f.url]
         if f.side_files:
             files[-1]["side_files"] = list(f.side_files)
         pieces.extend((p, plugin.piece_bytes(p, f.size, len(file_pieces))) for p in file_pieces)

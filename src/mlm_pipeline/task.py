@@ -21,7 +21,9 @@ from numpy.random import default_rng  # numpy imports its random module on first
 
 from mlm_pipeline.config import PrepareConfig
 from mlm_pipeline.instances import BuildContext, ReferenceContext, TokenizedDocs, get_objective
-from mlm_pipeline.instances.batch import InstanceBatch
+from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges
+from mlm_pipeline.languages import SAMPLE_KEY, document_language, document_uses, in_use as languages_in_use
+from mlm_pipeline.languages import detector as language_detector
 from mlm_pipeline.masking import MaskingSpec, mask_batch
 from mlm_pipeline.masking.registry import needs_words
 from mlm_pipeline.plan import Task
@@ -137,6 +139,7 @@ class _BlockStats:
         self.token_counts: np.ndarray | None = None  # per token id, the input tokens (default mode)
         self.unk_tokens = 0
         self.unknown = _UnknownWords()
+        self.languages: dict[str, Counter] = {}  # language -> its counts (runs with languages)
 
     def count_tokens(self, ids: np.ndarray, tok: TextTokenizer) -> None:
         """Count the input tokens of a block by id (one ``bincount``) and its unknown tokens."""
@@ -157,6 +160,19 @@ class _BlockStats:
                 "top_token_counts": {name: int(counts[i]) for name, i in zip(names, top)},
                 **self.unknown.to_dict()}
 
+    def count_language(self, language: str, docs: TokenizedDocs, passes: list) -> None:
+        """A block's input tokens and documents in ``language``, and those its passes use."""
+        c = self.languages.setdefault(language, Counter())
+        c["tokens"] += len(docs.ids)
+        c["documents"] += len(docs.doc_sentences)
+        c["sampled_tokens"] += sum(len(d.ids) for d, _ in passes)
+        c["sampled_documents"] += sum(len(d.doc_sentences) for d, _ in passes)
+
+    def count_instances(self, language: str, batch: InstanceBatch) -> None:
+        c = self.languages.setdefault(language, Counter())
+        c["instances"] += len(batch)
+        c["instance_tokens"] += int(batch.offsets[-1])
+
     def add(self, batch: InstanceBatch, pair: dict, mask: dict, tokens: int) -> None:
         self.pairs.update(pair)
         self.mask.update(mask)
@@ -171,6 +187,8 @@ class _BlockStats:
             **{k: int(v) for k, v in self.mask.items()},
             "instance_length_histogram": {str(int(k)): int(v) for k, v in sorted(self.length_hist.items())},
             "masked_per_instance_histogram": {str(int(k)): int(v) for k, v in sorted(self.masked_hist.items())},
+            **({"languages": {code: {k: int(v) for k, v in sorted(c.items())}
+                              for code, c in sorted(self.languages.items())}} if self.languages else {}),
         }
 
 
@@ -207,8 +225,14 @@ def _process_block(
     read_stats: ReadStats,
     block_stats: _BlockStats,
     sink: ShardSink,
+    language: str | None = None,
 ) -> None:
-    """Tokenize a block, build its instances with the configured objective, mask, write."""
+    """Tokenize a block, build its instances with the configured objective, mask, write.
+
+    ``language``: the block's language (every document of a block has the same one), recorded
+    on each instance; with ``--language-alpha`` its documents are used as often as the
+    language's rate says (:mod:`mlm_pipeline.languages`): one pass over the documents drawn for
+    it after another, each pass with its own seed (the first one the block's)."""
     if block_index == 0:  # the fast backend must agree with HF on this task's own text too
         tok.check_block(first_texts(documents, check_budget(task.input_bytes)), f"task {task.task_id}")
     docs = tokenize_documents(documents, tok, read_stats, block_stats.unknown)
@@ -216,16 +240,44 @@ def _process_block(
     if len(docs.doc_sentences) == 0:
         return
     rng = default_rng(task.seed_sequence(config.random_seed, block_index))
-    # instances come out of building already in their shuffled order (no second gather)
-    batch, counts = get_objective(config.objective).build(docs, BuildContext(config, tok, rng))
-    mask_stats = {}
-    if config.masking == "static":
-        built = batch
-        batch, masked = mask_batch(batch, masking_spec(config, tok), rng)
-        batch.token_boundary = built.token_boundary  # (sop's; masking keeps every row's length)
-        mask_stats = masked.to_dict()
-    block_stats.add(batch, counts, mask_stats, len(docs.ids))
-    sink.write(batch)
+    rate = dict(task.language_rates).get(language) if language is not None else None
+    passes = [(docs, rng)]
+    if rate is not None:
+        draw = default_rng(task.seed_sequence(config.random_seed, block_index, SAMPLE_KEY))
+        token_bounds = docs.sentence_offsets[docs.doc_offsets]
+        uses = document_uses(rate, np.diff(token_bounds), draw)
+        passes = [(docs if (uses > k).all() else _select_documents(docs, uses > k),
+                   rng if k == 0 else default_rng(task.seed_sequence(config.random_seed, block_index, k)))
+                  for k in range(int(uses.max(initial=0)))]
+    if language is not None:
+        block_stats.count_language(language, docs, passes)
+    if not passes:  # every document left out
+        block_stats.tokens += len(docs.ids)
+    for k, (pass_docs, pass_rng) in enumerate(passes):
+        # instances come out of building already in their shuffled order (no second gather)
+        batch, counts = get_objective(config.objective).build(pass_docs, BuildContext(config, tok, pass_rng))
+        mask_stats = {}
+        if config.masking == "static":
+            built = batch
+            batch, masked = mask_batch(batch, masking_spec(config, tok), pass_rng)
+            batch.token_boundary = built.token_boundary  # (sop's; masking keeps every row's length)
+            mask_stats = masked.to_dict()
+        if language is not None:
+            batch.languages = np.full(len(batch), language)
+            block_stats.count_instances(language, batch)
+        block_stats.add(batch, counts, mask_stats, len(docs.ids) if k == 0 else 0)
+        sink.write(batch)
+
+
+def _select_documents(docs: TokenizedDocs, keep: np.ndarray) -> TokenizedDocs:
+    """The documents of ``docs`` where ``keep`` is True, in their order."""
+    doc_bounds = docs.doc_offsets  # sentence index bounds of each document
+    token_bounds = docs.sentence_offsets
+    starts = token_bounds[doc_bounds[:-1]]
+    lengths = token_bounds[doc_bounds[1:]] - starts
+    (ids,) = gather_ranges((docs.ids,), starts[keep], lengths[keep])
+    (sentence_lengths,) = gather_ranges((docs.sentence_lengths,), doc_bounds[:-1][keep], docs.doc_sentences[keep])
+    return TokenizedDocs(ids=ids, sentence_lengths=sentence_lengths, doc_sentences=docs.doc_sentences[keep])
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
@@ -283,20 +335,27 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         if config.reference:
             reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink, report)
         else:
-            block: list[list[str]] = []
-            block_size = 0
+            # a block per language (one block, language None, without languages): an instance
+            # never mixes languages; blocks are numbered in the order they fill
+            labelled = languages_in_use(config)
+            detect = language_detector(config)
+            blocks: dict[str | None, tuple[list[list[str]], int]] = {}
             block_index = 0
             for piece in task.pieces:
                 for doc in iter_documents(piece, options, read_stats):
+                    language = document_language(doc, piece, detect) if labelled else None
+                    block, block_size = blocks.pop(language, ([], 0))
                     block.append(doc)
                     block_size += text_bytes(doc)
                     if block_size >= config.block_bytes:
-                        _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink)
-                        block, block_size = [], 0
+                        _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink, language)
                         block_index += 1
                         report()
-            if block:
-                _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink)
+                    else:
+                        blocks[language] = (block, block_size)
+            for language, (block, _) in sorted(blocks.items(), key=lambda kv: kv[0] or ""):
+                _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink, language)
+                block_index += 1
             report()
         shards = sink.close()
         _check_all_written(task, block_stats, shards)

@@ -271,3 +271,18 @@ def test_every_masking_scheme_gives_the_local_bytes_on_ray(ray_cluster, tmp_path
     assert local["tasks"] >= 4 and local["masking_scheme"]["name"] == scheme
     assert shard_table(on_ray) == shard_table(local)
     _files_equal(tmp_path / "local", tmp_path / "ray", local)
+
+
+def test_languages_sampled_by_alpha_give_the_local_bytes_on_ray(ray_cluster, tmp_path):
+    """--language-alpha: the counting pass and the repeats and subsampling it leads to make the
+    same shards on the Ray cluster as in one local process."""
+    from mlm_pipeline.pipeline import run_prepare
+
+    settings = {"language": [f"en={INPUTS[0]}", f"und={INPUTS[1]}"], "language_alpha": 0.3, "objective": "packed",
+                "split_bytes": "256KiB"}
+    local = run_prepare(make_config([], tmp_path / "local", **settings), show_progress=False)
+    on_ray = run_prepare(make_config([], tmp_path / "ray", executor="ray", ray_address=ray_cluster.address,
+                                     **settings), show_progress=False)
+    assert local["tasks"] >= 4 and local["languages"]["rates"]["und"] > 1 > local["languages"]["rates"]["en"]
+    assert shard_table(on_ray) == shard_table(local)
+    _files_equal(tmp_path / "local", tmp_path / "ray", local)

@@ -40,6 +40,8 @@ ALBERT_SCHEMA = SCHEMA.append(pa.field("token_boundary", pa.list_(pa.int32())))
 DOCUMENT_STARTS = pa.field("document_starts", pa.list_(pa.int32()))
 """``packed``'s shards add where each row's documents start (0 first, ascending): with the row's
 length appended, FlashAttention's ``cu_seqlens`` of the row. A few values a row, zstd-compressed."""
+LANGUAGE_FIELD = pa.field("language", pa.string())
+"""Each instance's language code, the last column of a run with languages."""
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32}
@@ -70,6 +72,10 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
     if batch.document_starts is not None:
         documents = [_list(batch.document_starts, batch.document_offsets, pa.int32())]
         schema = schema.append(DOCUMENT_STARTS)
+    language = []
+    if batch.languages is not None:  # (runs with languages only: other shards keep their schema and bytes)
+        language = [pa.array(batch.languages.tolist(), pa.string())]
+        schema = schema.append(LANGUAGE_FIELD)
     return pa.Table.from_arrays(
         [
             _list(batch.input_ids, batch.offsets, pa.int32()),
@@ -81,6 +87,7 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
             _array(nsp, pa.int32()),
             *boundary,
             *documents,
+            *language,
         ],
         schema=schema,
     )
@@ -107,6 +114,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     nsp = _numpy(table.column("next_sentence_labels").combine_chunks(), np.int32)
     boundary = _flat(table.column("token_boundary"))[0] if "token_boundary" in table.column_names else None
     documents = _flat(table.column("document_starts")) if "document_starts" in table.column_names else None
+    languages = (np.array(table.column("language").to_pylist(), dtype=str)
+                 if "language" in table.column_names else None)
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -118,6 +127,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         token_boundary=None if boundary is None else boundary.astype(np.int8),
         document_starts=None if documents is None else documents[0].astype(np.int32),
         document_offsets=None if documents is None else documents[1],
+        languages=languages,
     )
 
 
@@ -165,7 +175,7 @@ def read_parquet(url: str) -> InstanceBatch:
 
 # the columns an InstanceBatch is made of (input_mask and masked_lm_weights are all ones)
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
-_OPTIONAL_COLUMNS = ["token_boundary", "document_starts"]  # read where a shard has them
+_OPTIONAL_COLUMNS = ["token_boundary", "document_starts", "language"]  # read where a shard has them
 
 
 def _footer(f) -> pq.FileMetaData:

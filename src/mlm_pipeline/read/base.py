@@ -19,6 +19,7 @@ ranges, and ``OwnedLines``: which lines a range owns), ``sentences`` (segmentati
 from __future__ import annotations
 
 import copy
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
@@ -78,6 +79,26 @@ class Piece:
         return d
 
 
+LANGUAGE_CODE = re.compile(r"[A-Za-z0-9]{1,8}(?:[_-][A-Za-z0-9]{1,8}){0,3}")
+"""A language code as a run takes it: BCP 47's shape (en, zh, zh-Hans, und; _ allowed)."""
+
+
+def record_language(value: object) -> str | None:
+    """A record's language field as a code, or None when it holds none (missing, empty, not one)."""
+    return value if isinstance(value, str) and LANGUAGE_CODE.fullmatch(value) else None
+
+
+class Document(list):
+    """A document's sentences (a ``list[str]``) that also carry the language its record names
+    (``ReadOptions.language_field``); readers give plain lists otherwise."""
+
+    __slots__ = ("language",)
+
+    def __init__(self, sentences=(), language: str | None = None):
+        super().__init__(sentences)
+        self.language = language
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """Reader settings. Each field that the run config also has takes its value from there
@@ -99,6 +120,9 @@ class ReadOptions:
     unknown_text: what replaces a word its input marks as unknown (WikiText's ``<unk>``): a run
     sets the text its tokenizer encodes to the unknown token (so it is counted as one); empty
     (the default, e.g. when training a vocab): such words are dropped.
+    language_field: JSONL and Parquet: the field or column naming each record's language; its
+    documents are :class:`Document` objects with that ``language`` (a record without a valid code in
+    it: ``None``, the file's label then applies).
     """
 
     text_field: str = "text"
@@ -112,6 +136,7 @@ class ReadOptions:
     wiki_keep_tables: bool = False
     wiki_keep_references: bool = False
     unknown_text: str = ""
+    language_field: str | None = None  # JSONL/Parquet: the field naming a record's language
 
     def __post_init__(self) -> None:
         if self.on_decode_error not in DECODE_ERROR_POLICIES:

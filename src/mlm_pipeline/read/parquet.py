@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from mlm_pipeline.errors import InputError
-from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
+from mlm_pipeline.read.base import Document, InputFormat, Piece, ReadOptions, record_language
 from mlm_pipeline.read.compression import compression_of, open_decompressed
 from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
@@ -130,13 +130,17 @@ def _paragraph_docs(
         stats.bytes_read += _column_bytes(pf.metadata, groups, field)
         as_bytes = pa.large_binary() if pa.types.is_large_string(kind) else pa.binary()
         row = 0
+        # --language-field: each row's language, where the file has that column
+        labelled = options.language_field is not None and options.language_field in pf.schema_arrow.names
+        columns = [field, options.language_field] if labelled and options.language_field != field else [field]
         for batch in pf.iter_batches(
-            batch_size=BATCH_ROWS, row_groups=groups, columns=[field], use_threads=False
+            batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
         ):
             column = batch.column(0)
+            languages = batch.column(len(columns) - 1).to_pylist() if labelled else None
             if pa.types.is_string(kind) or pa.types.is_large_string(kind):
                 column = column.cast(as_bytes)
-            for value in column.to_pylist():
+            for i, value in enumerate(column.to_pylist()):
                 row += 1
                 if value is None:
                     stats.skip("bad_record")
@@ -162,6 +166,8 @@ def _paragraph_docs(
                 if not paragraphs:
                     stats.skip("empty")
                     continue
+                if options.language_field is not None:
+                    paragraphs = Document(paragraphs, record_language(languages[i]) if labelled else None)
                 yield paragraphs, replaced
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Iterator, Sequence
 
+from mlm_pipeline.read.base import Document
 from mlm_pipeline.stats import ReadStats
 
 PARAGRAPH_SEPARATOR = "\u2029"
@@ -181,4 +182,5 @@ def segment_documents(
     for paragraphs, replaced in docs:
         sents = [s for ss in split_sentences(paragraphs) for s in ss]
         if stats.count_document(sents, replaced):
-            yield sents
+            language = getattr(paragraphs, "language", None)  # (a record's own, --language-field)
+            yield sents if language is None else Document(sents, language)

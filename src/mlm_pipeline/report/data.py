@@ -175,12 +175,36 @@ def report_data(manifest: dict) -> dict:
     data["pairs"] = _pairs_section(manifest, totals, not_known)
     data["masking"] = _masking_section(manifest, totals, not_known)
     data["tasks"] = _task_section(manifest, not_known)
+    if manifest.get("languages") is not None:
+        data["languages"] = language_section(manifest)
     data["settings"] = manifest.get("config", {})
     data["warnings"] = all_warnings(manifest)
     data["not_known"] = not_known
     data["totals"] = totals
     return data
 
+
+
+def language_section(manifest: dict) -> dict:
+    """Each language's tokens before sampling (read) and after (used, over the repeats; and in
+    the instances written), with its shares and, with α, its target share and rate."""
+    record = manifest["languages"]
+    per = manifest.get("totals", {}).get("languages", {})
+    read = sum(c.get("tokens", 0) for c in per.values())
+    used = sum(c.get("sampled_tokens", 0) for c in per.values())
+    written = sum(c.get("instance_tokens", 0) for c in per.values())
+    rows = []
+    for code, c in sorted(per.items()):
+        row = {"language": code, "id": record.get("ids", {}).get(code),
+               "tokens": c.get("tokens", 0), "share": _share(c.get("tokens", 0), read),
+               "sampled_tokens": c.get("sampled_tokens", 0), "sampled_share": _share(c.get("sampled_tokens", 0), used),
+               "instances": c.get("instances", 0), "instance_tokens": c.get("instance_tokens", 0),
+               "instance_share": _share(c.get("instance_tokens", 0), written)}
+        if record.get("alpha") is not None:
+            row["target_share"] = record.get("target_shares", {}).get(code)
+            row["rate"] = record.get("rates", {}).get(code)
+        rows.append(row)
+    return {"alpha": record.get("alpha"), "rows": rows}
 
 
 UNKNOWN_SHARE_WARNING = 0.01

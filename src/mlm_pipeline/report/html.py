@@ -151,6 +151,29 @@ def _settings(data: dict) -> str:
     return _table(rows)
 
 
+def _languages(data: dict) -> str:
+    """Each language's tokens before and after sampling (runs with languages)."""
+    section = data.get("languages")
+    if section is None:
+        return ""
+    alpha = section["alpha"]
+    sampled = alpha is not None
+    head = ["language", "id", "tokens read", "share", *(["target share", "rate"] if sampled else []),
+            "tokens used", "share", "instances", "tokens in instances", "share"]
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{v}</td>" for v in [
+            _e(r["language"]), _num(r["id"]), _num(r["tokens"]), _share(r["share"]),
+            *([_share(r["target_share"]), _e(f"{r['rate']:.3g}")] if sampled else []),
+            _num(r["sampled_tokens"]), _share(r["sampled_share"]), _num(r["instances"]), _num(r["instance_tokens"]),
+            _share(r["instance_share"])]) + "</tr>"
+        for r in section["rows"])
+    how = (f"sampled by --language-alpha {alpha:g} (q_i ∝ p_i^α)" if sampled
+           else "the natural mix (no --language-alpha)")
+    return (f"<section id='languages'><h2>Languages</h2><p class='note'>{_e(how)}: tokens before sampling, "
+            f"used over the repeats, and in the instances written.</p><table><tr>"
+            + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr>{rows}</table></section>")
+
+
 def render_html(data: dict, plots: list[Plot], *, title: str = "mlm-pipeline report") -> str:
     """The page for :func:`.data.report_data` and its :func:`.plots.make_plots`."""
     by_name = {p.name: p for p in plots}
@@ -165,6 +188,7 @@ def render_html(data: dict, plots: list[Plot], *, title: str = "mlm-pipeline rep
 {_warnings(data)}<h2>Summary</h2>{_summary(data)}
 <h2>Not known</h2>{_not_known(data)}
 {sections}
+{_languages(data)}
 {_skipped_files(data)}
 <section id="settings"><h2>Settings</h2>{_settings(data)}</section>
 </body></html>

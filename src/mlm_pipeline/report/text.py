@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from mlm_pipeline.report.data import (NOTHING_READ_WHY, OLDER_WHY, histogram, random_next_warning,
-                                        warnings)
+from mlm_pipeline.report.data import (NOTHING_READ_WHY, OLDER_WHY, histogram, language_section,
+                                        random_next_warning, warnings)
 
 SHOWN_FILES = 10
 """Skipped input files listed by name (the rest are counted)."""
@@ -67,7 +67,7 @@ def render_plan(plan: dict, output: str) -> str:
     lines = [f"plan: {plan['tasks']} task(s), {plan['input_bytes']:,} bytes in {len(files)} input file(s) "
              f"(split size {plan['split_bytes']:,} bytes); {len(plan['skipped_files'])} file(s) skipped"]
     lines += [f"  {f['path']}  {f['bytes']:,} bytes, {f['format']}, {f['pieces']} piece(s)"
-              for f in files[:PLANNED_FILES]]
+              + (f", language {f['language']}" if "language" in f else "") for f in files[:PLANNED_FILES]]
     if len(files) > PLANNED_FILES:
         lines.append(f"  ... and {len(files) - PLANNED_FILES} more")
     lines.append(f"dry run: nothing written; without --dry-run the run writes into {output}")
@@ -161,6 +161,7 @@ def render_report(manifest: dict) -> str:
         *(_electra_lines(t) if "single_segment" in t else _pair_lines(t) if "random_next" in t else []),
         *_packing_lines(manifest, t),
         *_masking_lines(manifest, t),
+        *_language_lines(manifest),
         "",
         "instance length (tokens incl. [CLS]/[SEP])",
         *_hist_lines(histogram(t, "instance_length_histogram") or {}),
@@ -173,6 +174,23 @@ def render_report(manifest: dict) -> str:
 
 
 SHOWN_TOKENS = 12
+
+
+def _language_lines(manifest: dict) -> list[str]:
+    """Each language's tokens before and after sampling (runs with languages)."""
+    if manifest.get("languages") is None:
+        return []
+    section = language_section(manifest)
+    alpha = section["alpha"]
+    lines = ["", f"languages ({'--language-alpha ' + format(alpha, 'g') if alpha is not None else 'natural mix'}): "
+             "tokens read -> used (over repeats) -> in instances"]
+    pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
+    for r in section["rows"]:
+        target = f", target {pct(r['target_share'])}, x{r['rate']:.3g}" if alpha is not None else ""
+        lines.append(f"  {r['language']} (id {r['id']}): {r['tokens']:,} ({pct(r['share'])}) -> {r['sampled_tokens']:,} "
+                     f"({pct(r['sampled_share'])}{target}) -> {r['instance_tokens']:,} in {r['instances']:,} instances "
+                     f"({pct(r['instance_share'])})")
+    return lines
 
 
 def _token_lines(t: dict, manifest: dict) -> list[str]:

@@ -39,6 +39,7 @@ LOCK_FILE = "_prepare.lock"
 TASKS_DIR = "_tasks"
 LEASES_DIR = "_leases"
 TMP_DIR = "_tmp"
+LANGUAGE_COUNTS_DIR = "_language_counts"  # --language-alpha: each task's tokens per language
 SHARDS_DIR = "shards"
 SHARD_PREFIX = "part-"
 OUT_FILES_DIR = "pretrain_tfrecords"
@@ -72,6 +73,11 @@ def tasks_url(output: str) -> str:
 
 def marker_url(output: str, task_id: str) -> str:
     return fs.join(output, TASKS_DIR, task_id + _PER_TASK_SUFFIX)
+
+
+def language_counts_url(output: str, task_id: str) -> str:
+    """A task's input tokens per language (the counting pass of ``--language-alpha``)."""
+    return fs.join(output, LANGUAGE_COUNTS_DIR, task_id + _PER_TASK_SUFFIX)
 
 
 def leases_url(output: str) -> str:
@@ -151,7 +157,8 @@ def refuse_a_file(output: str) -> None:
     refuse_links(output)
 
 
-LAYOUT_NAMES = (RUN_FILE, PLAN_FILE, MANIFEST_FILE, LOCK_FILE, TASKS_DIR, LEASES_DIR, TMP_DIR, SHARDS_DIR, OUT_FILES_DIR)
+LAYOUT_NAMES = (RUN_FILE, PLAN_FILE, MANIFEST_FILE, LOCK_FILE, TASKS_DIR, LEASES_DIR, TMP_DIR, SHARDS_DIR, OUT_FILES_DIR,
+                LANGUAGE_COUNTS_DIR)
 """Every name a run keeps in its output directory."""
 
 
@@ -190,6 +197,7 @@ def tmp_shard_name(task_id: str) -> str:
 __all__ = [
     "LEASES_DIR", "LOCK_FILE", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
     "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
+    "LANGUAGE_COUNTS_DIR", "language_counts_url",
     "LAYOUT_NAMES", "refuse_a_file", "refuse_links", "shard_dir_urls", "shard_url",
     "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

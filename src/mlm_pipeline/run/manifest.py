@@ -19,6 +19,7 @@ from typing import Iterable
 
 from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import PrepareConfig
+from mlm_pipeline.languages import language_record
 from mlm_pipeline.errors import IncompleteRun, InspectError
 from mlm_pipeline.formats import run_files
 from mlm_pipeline.formats.sink import tidy_tmp
@@ -71,6 +72,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         "tokenizer_backend": done.backends(),
         "shards": shards,
         "totals": totals,
+        **({"languages": language_record(config.language_alpha, totals["languages"])} if "languages" in totals else {}),
         "task_timings": done.timings(),
     }
 

@@ -199,6 +199,10 @@ class MLMCollator:
             ``token_type_ids``, ``labels`` and ``position_ids`` of shape ``[1, T]`` (``T`` the
             batch's tokens), ``cu_seqlens`` (int32, each document's start in the flat batch, then
             ``T``) and ``max_seqlen`` (int, the longest document); no ``attention_mask``.
+        language_ids: language code -> id (``dataset.language_ids``, the manifest's table): also
+            return ``langs`` (int64 ``[B, L]``, the sample's language id at every position, padding
+            included), XLM's input to its language embeddings. Samples need their ``language``
+            (outputs prepared with ``--language``).
 
     Returns a dict of tensors: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
     ``[B, L]``), ``labels`` (int64 ``[B, L]``, the original id at masked positions, -100
@@ -229,6 +233,7 @@ class MLMCollator:
         max_length: int | None = None,
         sample_info: bool = False,
         attention: str = "padded",
+        language_ids: dict[str, int] | None = None,
     ):
         if isinstance(tokenizer, str):
             from mlm_pipeline.tokenize import load_tokenizer
@@ -281,6 +286,9 @@ class MLMCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
         self.sample_info = bool(sample_info)
+        if language_ids is not None and not all(isinstance(v, int) and v >= 0 for v in language_ids.values()):
+            raise ValueError(f"language_ids maps language codes to non-negative ints, got {language_ids!r}")
+        self.language_ids = None if language_ids is None else dict(language_ids)
         self._masks_seen = masking != "static"  # static: until a batch shows stored masks
         # what made its ids, for MLMDataLoader to compare with the shards' tokenizer
         self.tokenizer_fingerprint = getattr(tokenizer, "fingerprint", None)
@@ -352,6 +360,14 @@ class MLMCollator:
             nsp = torch.tensor([int(s["next_sentence_label"]) for s in samples], dtype=torch.int64)
             nsp[(nsp < 0) | (weight == 0)] = IGNORE_INDEX
             batch[self.sentence_label] = nsp
+        if self.language_ids is not None:  # XLM's language embeddings: the row's language id at every token
+            missing = {s.get("language") for s in samples} - set(self.language_ids)
+            if missing:
+                raise ValueError(f"samples of language {', '.join(map(str, sorted(missing, key=str)))} have no id "
+                                 f"in language_ids ({', '.join(sorted(self.language_ids))}); None: the output was "
+                                 "prepared without languages")
+            row_ids = torch.tensor([self.language_ids[s["language"]] for s in samples], dtype=torch.int64)
+            batch["langs"] = row_ids[:, None].expand(n, width).clone()
         if self.sample_info:
             batch["sample_index"] = torch.tensor([int(s["index"]) for s in samples], dtype=torch.int64)
             batch["sample_weight"] = weight
@@ -482,8 +498,9 @@ def documents_apart(batch: dict, samples: Sequence[dict], lengths: np.ndarray, a
         batch["position_ids"] = torch.from_numpy(positions)
         return
     flat = torch.from_numpy(valid.reshape(-1))
-    for key in ("input_ids", "token_type_ids", "labels"):
-        batch[key] = batch[key].reshape(-1)[flat][None, :]
+    for key in ("input_ids", "token_type_ids", "labels", "langs"):
+        if key in batch:
+            batch[key] = batch[key].reshape(-1)[flat][None, :]
     batch.pop("attention_mask")
     batch["position_ids"] = torch.from_numpy(positions.reshape(-1)[valid.reshape(-1)])[None, :]
     row_offsets = np.cumsum(lengths) - lengths

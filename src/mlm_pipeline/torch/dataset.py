@@ -35,7 +35,7 @@ from mlm_pipeline.torch.epoch_plan import (
 from mlm_pipeline.torch.manifest import PreparedOutput, ShardRowReader, load_prepared, read_layouts
 from mlm_pipeline.torch.stream import EpochStream, epoch_stream, mix_counts
 
-__all__ = ["MLMDataset"]
+__all__ = ["MLMDataset", "language_weights"]
 
 
 def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -57,6 +57,35 @@ def _check_compatible(sources: list[PreparedOutput]) -> None:
             if getattr(other, what) != getattr(first, what):
                 raise ValueError(f"cannot mix {first.url} and {other.url}: their {what} differs "
                                  f"({getattr(first, what)!r} and {getattr(other, what)!r})")
+
+
+def language_weights(sources: Sequence[PreparedOutput], alpha: float) -> tuple[list[float], int]:
+    """Each source's weight (in instances) that gives each language its share ``q_i ∝ p_i^α`` of
+    the tokens, and the epoch's instances that keep the sources' tokens in total.
+
+    ``p_i`` comes from the manifests' ``instance_tokens`` of each language; a source must hold one
+    language. Source ``s`` of language ``L`` is to give ``q_L · T · T_s / T_L`` tokens (``T``
+    all tokens, ``T_L`` its language's), so ``q_L · T · n_s / T_L`` of its ``n_s`` instances.
+    """
+    from mlm_pipeline.languages import target_shares
+
+    if not (isinstance(alpha, (int, float)) and 0 < alpha <= 1):
+        raise ValueError(f"language_alpha must be in (0, 1], got {alpha!r}")
+    per_source = []
+    for p in sources:
+        if not p.languages or len(p.languages) != 1:
+            what = "no language (prepared without --language)" if not p.languages else \
+                f"{len(p.languages)} languages ({', '.join(sorted(p.languages))})"
+            raise ValueError(f"language_alpha mixes outputs of one language each; {p.url} has {what}")
+        ((code, counts),) = p.languages.items()
+        per_source.append((code, int(counts.get("instance_tokens", 0)), int(counts.get("instances", 0))))
+    by_language: dict[str, int] = {}
+    for code, tokens, _ in per_source:
+        by_language[code] = by_language.get(code, 0) + tokens
+    q = target_shares(by_language, float(alpha))
+    total = sum(by_language.values())
+    wanted = [q[code] * total * n / by_language[code] if by_language[code] else 0.0 for code, _, n in per_source]
+    return wanted, int(round(sum(wanted)))
 
 
 def _raise(error: Exception) -> Iterator[dict]:
@@ -97,6 +126,13 @@ class MLMDataset(IterableDataset):
             which must divide ``shuffle_buffer``, and the lengths of all instances, which every
             rank reads before its first epoch (Parquet: about 1% of the shards; other formats:
             all of them). Pad with the collator's ``pad_to_multiple_of=8``.
+        language_alpha: mix the sources' languages by ``q_i ∝ p_i^α`` (XLM-R: 0.3), ``p_i`` each
+            language's share of the sources' instance tokens (their manifests' counts): each
+            source holds one language (prepared with ``--language``) and gets the weight that
+            gives its language the token share ``q_i`` (several sources of one language share it
+            by their tokens); the epoch keeps the sources' tokens (``samples_per_epoch`` by
+            default: the instances that hold them). The rule of ``prepare --language-alpha``,
+            at load time (:func:`language_weights`). Not with ``weights``.
         verify: how each shard is checked against the manifest when a process first opens it:
             ``sha256`` (reads it once more), ``size`` (one metadata request) or ``none``. A shard
             that differs raises :class:`~mlm_pipeline.errors.ShardDamaged` naming it.
@@ -109,7 +145,8 @@ class MLMDataset(IterableDataset):
     batch it is emitted in, numbered from 0; -1 without length bins); for ``sop`` shards also
     ``token_boundary`` (int8, ALBERT's feature: 1 where a word starts); for ``packed`` shards
     ``document_starts`` (int32, where each document of the row starts, 0 first: the collator's
-    ``attention`` keeps them apart). ``next_sentence_label``
+    ``attention`` keeps them apart); for outputs prepared with languages also ``language`` (its
+    code). ``next_sentence_label``
     is the pair label of any objective (for ``sop``, the sentence-order label).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
@@ -130,6 +167,7 @@ class MLMDataset(IterableDataset):
         length_bins: int | Sequence[int] | None = None,
         bin_batch_size: int | None = None,
         verify: str = "sha256",
+        language_alpha: float | None = None,
     ):
         super().__init__()
         from mlm_pipeline.verify import CHECKS
@@ -155,6 +193,12 @@ class MLMDataset(IterableDataset):
         _check_compatible(self.sources)
         self.prepared = self.sources[0]  # what the collator needs: the same for every source
         self.weights = None if weights is None else [float(w) for w in weights]
+        self.language_alpha = language_alpha
+        if language_alpha is not None:
+            if weights is not None:
+                raise ValueError("give weights or language_alpha, not both (language_alpha sets the weights)")
+            self.weights, planned = language_weights(self.sources, language_alpha)
+            samples_per_epoch = planned if samples_per_epoch is None else samples_per_epoch
         self.samples_per_epoch = samples_per_epoch
         self.interleave = interleave
         self._counts = [p.shard_counts for p in self.sources]
@@ -456,12 +500,25 @@ class MLMDataset(IterableDataset):
             where[p] = (len(ranges) - 1, start - ranges[-1][1])
         order = sorted(range(len(ranges)), key=lambda r: ranges[r][3])  # read in stream order
         batches = [reader.read(*ranges[r][:3]) for r in order]
+        if len({b.languages is None for b in batches}) > 1:  # sources with and without languages, mixed
+            for b in batches:
+                b.languages = np.array([""] * len(b), dtype=str) if b.languages is None else b.languages
         base = np.zeros(len(ranges), dtype=np.int64)
         base[order] = np.cumsum([0] + [len(b) for b in batches])[:-1]
         rows = np.concatenate([np.arange(n) + base[where[p][0]] + where[p][1]
                                for p, n in enumerate(stop - start for _, start, stop in pieces)])
         merged = InstanceBatch.concat(batches) if len(batches) > 1 else batches[0]
         return merged.take(rows), index, weight
+
+    @property
+    def language_ids(self) -> dict[str, int] | None:
+        """Language code -> id over all sources (the sorted codes from 0, as each manifest's
+        ``languages.ids`` numbers its own), for ``MLMCollator(language_ids=...)``; None when no
+        source has languages."""
+        from mlm_pipeline.languages import language_ids
+
+        codes = {code for p in self.sources for code in (p.languages or {})}
+        return language_ids(codes) if codes else None
 
     def _sample(self, batch: InstanceBatch, k: int, index: int, weight: float, bin_: int) -> dict:
         s, e = batch.offsets[k], batch.offsets[k + 1]
@@ -485,6 +542,8 @@ class MLMDataset(IterableDataset):
             sample["token_boundary"] = batch.token_boundary[s:e]
         if batch.document_starts is not None:  # packed rows: where each document starts
             sample["document_starts"] = batch.document_starts[batch.document_offsets[k]:batch.document_offsets[k + 1]]
+        if batch.languages is not None and batch.languages[k]:
+            sample["language"] = str(batch.languages[k])
         return sample
 
     def collator(self, *, masking: str = "auto", tokenizer=None, **kwargs):

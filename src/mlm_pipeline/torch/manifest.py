@@ -49,6 +49,7 @@ class PreparedOutput:
     masking: str  # "static" | "none"
     config: dict
     tokenizer_fingerprint: str | None = None
+    languages: dict | None = None  # runs with languages: totals["languages"] (each language's counts)
 
     @property
     def has_nsp(self) -> bool:
@@ -174,7 +175,8 @@ def load_prepared(url: str) -> PreparedOutput:
         raise ValueError(f"{manifest_url}: unknown masking {masking!r}")
     return PreparedOutput(url=url, shards=tuple(shards), format=output_format, objective=objective, masking=masking,
                           config=dict(manifest.get("config", {})),
-                          tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"))
+                          tokenizer_fingerprint=manifest.get("tokenizer_fingerprint"),
+                          languages=manifest.get("totals", {}).get("languages"))
 
 
 def read_layouts(outputs: list[PreparedOutput], *, lengths: bool, verify: str = "size",

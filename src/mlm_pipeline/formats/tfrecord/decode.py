@@ -401,16 +401,19 @@ def features_to_batch(features: dict[str, np.ndarray]) -> InstanceBatch:
     """
     if not features:
         return InstanceBatch.empty()
-    if set(features) == set(SEQUENCE_FEATURES):  # ELECTRA's examples: no masks, no NSP labels
-        return InstanceBatch.from_padded(features)
-    missing = [name for name in BERT_FEATURES if name not in features]
-    if missing:
-        raise ValueError(f"not a BERT pretraining TFRecord: missing features {', '.join(missing)}")
-    documents = features.get("document_starts")
-    batch = InstanceBatch.from_padded({k: v for k, v in features.items() if k != "document_starts"})
+    features = dict(features)
+    language = features.pop("language", None)  # (runs with languages: a bytes_list of one code)
+    documents = features.pop("document_starts", None)
+    if set(features) != set(SEQUENCE_FEATURES):  # ELECTRA's examples: no masks, no NSP labels
+        missing = [name for name in BERT_FEATURES if name not in features]
+        if missing:
+            raise ValueError(f"not a BERT pretraining TFRecord: missing features {', '.join(missing)}")
+    batch = InstanceBatch.from_padded(features)
     if documents is not None:
         batch.document_starts = documents.values.astype(np.int32)
         batch.document_offsets = documents.offsets.astype(np.int64)
+    if language is not None:
+        batch.languages = np.array([bytes(v).decode() for v in np.asarray(language).reshape(-1)], dtype=str)
     return batch
 
 

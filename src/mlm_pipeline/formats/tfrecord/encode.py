@@ -178,6 +178,26 @@ class Ragged(ZeroPadded):
 RAGGED_FEATURES = ("document_starts",)
 """Features whose rows have different lengths (``packed``'s document starts): written and read
 back as :class:`Ragged` rows."""
+@dataclass(frozen=True)
+class SameBytes:
+    """One ``bytes`` value, the same in every one of ``rows`` records: a ``bytes_list`` feature of
+    one value for :func:`encode_examples` (an instance's language; a batch of several languages is
+    encoded in runs of one)."""
+
+    value: bytes
+    rows: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, 1
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __getitem__(self, rows: slice) -> "SameBytes":
+        start, stop, _ = rows.indices(self.rows)
+        return SameBytes(self.value, max(0, stop - start))
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,8 +309,14 @@ def _check_features(features: Mapping[str, np.ndarray]) -> tuple[int, list[tuple
         if not isinstance(key, str):
             raise ValueError(f"feature names must be str, got {key!r}")
         a = features[key]
-        if not isinstance(a, ZeroPadded):
+        if not isinstance(a, (ZeroPadded, SameBytes)):
             a = np.asarray(a)
+        if isinstance(a, SameBytes):
+            if n is not None and a.rows != n:
+                raise ValueError(f"feature {key!r} has {a.rows} rows, other features have {n}")
+            n = a.rows if n is None else n
+            checked.append((key, "bytes", a))
+            continue
         if a.ndim != 2:
             raise ValueError(f"feature {key!r}: expected a 2-D array (instances x values), got shape {a.shape}")
         if n is None:
@@ -337,6 +363,15 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
     for key, kind, a in checked:
         width = a.shape[1]
         padding = None
+        if kind == "bytes":  # one value, the same in every record: constant bytes throughout
+            value = a.value
+            list_len = 1 + _size_of(len(value)) + len(value)
+            feature_len = 1 + _size_of(list_len) + list_len
+            key_part = entry_key(key)
+            entry_len = feature_len + _size_of(feature_len) + len(key_part)
+            features_len = features_len + 1 + _size_of(entry_len) + entry_len
+            blocks.append((kind, 1, value, None, None, None, list_len, feature_len, key_part, entry_len))
+            continue
         if kind == "float":
             values = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).reshape(n, 4 * width)
             sizes, payload = None, 4 * width
@@ -372,7 +407,9 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
         pieces.varint(feature_len)
         pieces.const(bytes([LIST_TAG[kind]]))
         pieces.varint(list_len)
-        if width:
+        if kind == "bytes":  # BytesList.value (field 1): its length, then the bytes
+            pieces.const(bytes([TAG_FIELD1_LEN]) + varint_bytes(len(values)) + values)
+        elif width:
             pieces.const(bytes([TAG_FIELD1_LEN]))  # the packed values
             pieces.varint(payload)
             if sizes is None:
@@ -430,12 +467,32 @@ def iter_encoded_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_pred
         raise ValueError(f"max_predictions must be >= 0, got {max_predictions}")
     if len(batch) == 0:
         return iter(())
+    if batch.languages is not None:
+        return _in_language_runs(batch, lambda part: _bert_features(part, max_seq_length, max_predictions))
+    return iter_encoded_examples(_bert_features(batch, max_seq_length, max_predictions))
+
+
+def _bert_features(batch: InstanceBatch, max_seq_length: int, max_predictions: int) -> dict:
     features = batch.padded(max_seq_length, max_predictions, compact=True, with_ids=False)
     features["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
     features["masked_lm_ids"] = ZeroPadded(batch.masked_lm_ids, batch.masked_offsets, max_predictions)
     if batch.document_starts is not None:  # packed rows: where their documents start, a few values each
         features["document_starts"] = Ragged(batch.document_starts, batch.document_offsets)
-    return iter_encoded_examples(features)
+    return features
+
+
+def _in_language_runs(batch: InstanceBatch, features_of) -> Iterator[np.ndarray]:
+    """The records of a batch with languages: ``features_of(rows)``'s features and ``language``
+    (a ``bytes_list`` of the code in UTF-8), encoded run by run of rows in one language."""
+    codes = batch.languages
+    cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(batch)]
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        part = batch.slice(start, stop)
+        part.languages = None
+        features = dict(features_of(part))
+        features["language"] = SameBytes(str(codes[start]).encode(), stop - start)
+        yield from iter_encoded_examples(features)
 
 
 def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iterator[np.ndarray]:
@@ -450,9 +507,15 @@ def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iter
         raise ValueError("ELECTRA's records hold no masked positions and no next-sentence labels")
     if len(batch) == 0:
         return iter(())
+    if batch.languages is not None:
+        return _in_language_runs(batch, lambda part: _sequence_features(part, max_seq_length))
+    return iter_encoded_examples(_sequence_features(batch, max_seq_length))
+
+
+def _sequence_features(batch: InstanceBatch, max_seq_length: int) -> dict:
     padded = batch.padded(max_seq_length, 0, compact=True, with_ids=False)
     padded["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
-    return iter_encoded_examples({name: padded[name] for name in SEQUENCE_FEATURES})
+    return {name: padded[name] for name in SEQUENCE_FEATURES}
 
 
 def encode_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_predictions: int) -> bytes:
