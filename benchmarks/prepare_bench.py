@@ -25,8 +25,9 @@ Variants (``--variants``, comma-separated):
   tf-d5      TFRecord, dupe factor 5 (tokenize once, build and mask 5 times)
   pq-d5      Parquet, dupe factor 5
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
-  fast       the same lines through the fast backend on its own (``nanotoken``'s ``encode_batch``,
-             one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
+  fast       the same lines through the fast backend on its own (the one ``auto`` picks: ``nanotoken``
+             for WordPiece, ``splintr`` for a Unigram tokenizer.json; one thread): the pipeline's own
+             tokenizer, so the ratio to it is what the other stages cost
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
@@ -98,7 +99,7 @@ PREPARE_VARIANTS = {
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
 DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
-SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
+SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1", "packed")  # what --zh-input runs (those in --variants)
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
 COMPARISONS = [
@@ -305,24 +306,21 @@ def _child_prepare(spec: dict) -> dict:
 
 
 def _child_fast(spec: dict) -> dict:
-    """The fast backend alone (nanotoken, built from the same HF tokenizer as the pipeline builds
-    it) over the same stripped non-blank lines as ``raw``."""
-    from nanotoken import WordPieceTokenizer
-
+    """The fast backend alone, the one the pipeline chose for the tokenizer (``nanotoken`` for
+    WordPiece, ``splintr`` for a Unigram ``tokenizer.json``...: ``load_tokenizer(...).encoder``,
+    one thread, its load and self-check timed), over the same stripped non-blank lines as
+    ``raw``."""
     from mlm_pipeline.tokenize import load_tokenizer
-    from mlm_pipeline.tokenize.backends.nanotoken import cap_cache
-
-    cap_cache()  # the word cache's size, as the pipeline sets it
 
     batch_lines = spec["batch_lines"]
     cpu = _cpu_seconds()
     started = time.perf_counter()
-    tok = WordPieceTokenizer.from_json(load_tokenizer(spec["vocab"], backend="hf").tokenizer.to_str())
+    encoder = load_tokenizer(spec["vocab"]).encoder
     tokens = lines = 0
     batch: list[str] = []
 
     def encode(texts: list[str]) -> int:
-        ids, _ = tok.encode_batch(texts, add_special_tokens=False, parallel=False)
+        ids, _ = encoder.encode_batch(texts)
         return len(ids)
 
     with open(spec["input"], "rb") as f:

@@ -206,3 +206,25 @@ def test_a_driver_that_used_splintr_does_not_hang_its_workers(method, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     backends = json.loads(done.stdout.strip().splitlines()[-1])
     assert {b["backend"] for b in backends} == {"splintr"}
+
+
+@pytest.mark.parametrize("path", [XLMR, REPO / "sample" / "bert-base-uncased-vocab.txt"], ids=["xlmr", "bert"])
+def test_unknown_words_are_hfs_spans_found_in_the_words_that_hold_them(path):
+    """The report's unknown words: HF's offsets on only the whitespace words the fast backend
+    gives an unknown token (not on whole paragraphs, where HF cost more than the task's whole
+    tokenization), the same words as HF's offsets on the whole texts, English and Chinese."""
+    tok = TextTokenizer(str(path))
+    for corpus in (INPUTS[0], INPUTS[2], INPUTS[3]):
+        lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()][:4000]
+        ids, lens = tok.encode_batch(lines)
+        holding = np.flatnonzero(np.bincount(np.repeat(np.arange(len(lines)), lens)[ids == tok.unk_id],
+                                             minlength=len(lines)))
+        sample = [lines[i] for i in holding[:200]]
+        if not sample:
+            continue
+        whole = [t[a:b] for t, e in zip(sample, tok.tokenizer.encode_batch(sample, add_special_tokens=False))
+                 for i, (a, b) in zip(e.ids, e.offsets) if i == tok.unk_id]
+        assert tok.unknown_words(sample) == whole
+        spans = tok._unknown_spans(sample)
+        if corpus == INPUTS[0] and path == XLMR:  # WikiText's <unk> words: a small part of its paragraphs
+            assert sum(map(len, spans)) < sum(map(len, sample)) / 20

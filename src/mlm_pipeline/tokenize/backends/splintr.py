@@ -28,6 +28,10 @@ NORMALIZERS = frozenset({"Precompiled", "Replace", "Lowercase"})
 """Normaliser steps splintr reproduces (checked on every code point against HF)."""
 
 
+def _state(component) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
+
+
 def unsupported(spec: dict) -> str | None:
     """Why splintr cannot encode the tokenizer ``spec`` (a parsed ``tokenizer.json``) as HF
     does, or None when it can."""
@@ -63,13 +67,21 @@ class SplintrEncoder:
                              f"{type(tokenizer.model).__name__}")
         import splintr  # ImportError: not installed (the fast-unigram extra)
 
-        spec = json.loads(tokenizer.to_str())
+        # the components' own JSON, not the whole tokenizer's (a 250k vocabulary's took seconds)
+        spec = {"model": {"type": "Unigram"}, "normalizer": _state(tokenizer.normalizer),
+                "pre_tokenizer": _state(tokenizer.pre_tokenizer)}
         why = unsupported(spec)
         if why is not None:
             raise UnsupportedConfiguration(why)
-
-        spec["post_processor"] = None  # ids of the text only, as HF's add_special_tokens=False
-        self._encode = splintr.from_json_bytes(json.dumps(spec).encode("utf-8")).encode_flat
+        # ids of the text only, as HF's add_special_tokens=False: serialised without the
+        # post-processor (put back at once; loading runs on one thread)
+        kept = tokenizer.post_processor
+        tokenizer.post_processor = None
+        try:
+            data = tokenizer.to_str().encode("utf-8")
+        finally:
+            tokenizer.post_processor = kept
+        self._encode = splintr.from_json_bytes(data).encode_flat
 
     @staticmethod
     def version() -> str:
