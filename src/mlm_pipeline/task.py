@@ -105,11 +105,15 @@ token's count there is exact when it is among every task's most frequent, a lowe
 
 def largest(counts: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` largest counts, largest first and equal counts by index: the first
-    ``k`` of a stable argsort of ``-counts``, from a partition (0.03 ms instead of 0.6 ms for
-    30,522 counts, once per task)."""
+    ``k`` of a stable argsort of ``-counts`` (counts: not negative), from a partition of the
+    counts that are not 0 (0.03 ms instead of 0.6 ms for 30,522 counts, once per task)."""
     n = len(counts)
     if n <= k:
         return np.argsort(-counts, kind="stable")
+    used = np.flatnonzero(counts)
+    if len(used) < n:  # the partition slows down 100x on ties: a 250k vocabulary's counts are mostly 0
+        top = used[largest(counts[used], k)]
+        return top if len(top) == k else np.concatenate([top, np.flatnonzero(counts == 0)[: k - len(top)]])
     kth = np.partition(counts, n - k)[n - k]  # the k-th largest count
     above = np.flatnonzero(counts > kth)
     chosen = np.concatenate([above, np.flatnonzero(counts == kth)[: k - len(above)]])
