@@ -19,6 +19,7 @@ from conftest import DATA, REPO
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
 from mlm_pipeline.tokenize.backends.hf import HFEncoder
 from mlm_pipeline.tokenize.selfcheck import PROBE_SETS, probes_for
+from mlm_pipeline.tokenize.unknown_words import unknown_word_texts
 from test_shard_digests import INPUTS, run_case
 
 pytest.importorskip("splintr", reason="the fast-unigram extra (splintr-rs) is not installed")
@@ -225,6 +226,6 @@ def test_unknown_words_are_hfs_spans_found_in_the_words_that_hold_them(path):
         whole = [t[a:b] for t, e in zip(sample, tok.tokenizer.encode_batch(sample, add_special_tokens=False))
                  for i, (a, b) in zip(e.ids, e.offsets) if i == tok.unk_id]
         assert tok.unknown_words(sample) == whole
-        spans = tok._unknown_spans(sample)
+        spans = unknown_word_texts(sample, tok.checked.encode_batch, tok.unk_id)
         if corpus == INPUTS[0] and path == XLMR:  # WikiText's <unk> words: a small part of its paragraphs
             assert sum(map(len, spans)) < sum(map(len, sample)) / 20

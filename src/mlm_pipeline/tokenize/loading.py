@@ -39,6 +39,7 @@ from mlm_pipeline.tokenize.google_rules import (
 from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
 from mlm_pipeline.tokenize.selfcheck import PROBES, UnsupportedConfiguration, first_difference, probes_for
+from mlm_pipeline.tokenize.unknown_words import unknown_word_texts
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -467,35 +468,13 @@ class TextTokenizer:
         texts = self._preprocess(texts)
         words: list[str] = []
         if self.tokenizer is not None:
-            texts = self._unknown_spans(texts)
+            texts = unknown_word_texts(texts, self.checked.encode_batch, unk)
             for text, enc in zip(texts, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
                 words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
             return words
         for text in texts:
             words.extend(w for w in text.split() if unk in self.checked.encode_batch([w])[0])
         return words
-
-    def _unknown_spans(self, texts: list[str]) -> list[str]:
-        """What HF encodes again with offsets for :meth:`unknown_words`: of each text, only its
-        whitespace-separated words that the checked encoder gives an unknown token, when they
-        hold as many as the whole text does (a sample's texts are long paragraphs: HF on all of
-        them took longer than the fast backend on the whole task); the whole text otherwise."""
-        unk = self.unk_id
-        pieces = [text.split() for text in texts]
-        flat = [w for words in pieces for w in words]
-        ids, lens = self.checked.encode_batch(texts)
-        word_ids, word_lens = self.checked.encode_batch(flat)
-        per_text = np.bincount(np.repeat(np.arange(len(texts)), lens)[ids == unk], minlength=len(texts))
-        per_word = np.bincount(np.repeat(np.arange(len(flat)), word_lens)[word_ids == unk], minlength=len(flat))
-        out, start = [], 0
-        for text, words, found in zip(texts, pieces, per_text.tolist()):
-            counts = per_word[start:start + len(words)]
-            start += len(words)
-            if int(counts.sum()) == found:
-                out.extend(w for w, c in zip(words, counts.tolist()) if c)
-            else:
-                out.append(text)
-        return out
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
