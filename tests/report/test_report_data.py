@@ -404,25 +404,3 @@ def test_a_few_percent_unk_is_warned_about_with_the_words_read_as_unk(tmp_path, 
     assert not any("[UNK]" in w for w in report_data(english)["warnings"])
     assert "unknown_words" not in english["totals"]  # (0.004%: no block searched for its words)
 
-
-def test_unknown_words_are_sought_in_a_bounded_number_of_characters(monkeypatch):
-    """A sentence of unspaced Chinese is a whole paragraph: the words behind [UNK] are looked up
-    in at most UNKNOWN_WORD_CHARS characters a task, not 200 paragraphs."""
-    from conftest import DATA
-    from mlm_pipeline import task as task_module
-    from mlm_pipeline.tokenize import load_tokenizer
-
-    tok = load_tokenizer(str(VOCAB))
-    paragraphs = [s for s in (DATA / "hongloumeng-300KB.txt").read_text(encoding="utf-8").splitlines() if len(s) > 100]
-    seen = []
-    real = type(tok).unknown_words
-    monkeypatch.setattr(type(tok), "unknown_words", lambda self, texts: seen.extend(texts) or real(self, texts))
-    monkeypatch.setattr(task_module, "UNKNOWN_WORD_CHARS", 5_000)
-    found = task_module._UnknownWords()
-    for start in range(0, 300, 100):  # three blocks
-        block = paragraphs[start:start + 100]
-        ids, lens = tok.encode_batch(block)
-        found.collect(block, ids, lens, tok)
-    assert seen and sum(map(len, seen)) <= 5_000 + max(map(len, seen))
-    assert sum(map(len, seen[:-1])) <= 5_000
-    assert found.to_dict()["unknown_words"]

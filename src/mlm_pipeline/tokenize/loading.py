@@ -38,7 +38,8 @@ from mlm_pipeline.tokenize.google_rules import (
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
-from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
+from mlm_pipeline.tokenize.selfcheck import PROBES, UnsupportedConfiguration, first_difference, probes_for
+from mlm_pipeline.tokenize.unknown_words import unknown_word_texts
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -211,12 +212,20 @@ def _continuation_table(tok: Tokenizer) -> np.ndarray:
     there a token without the marker continues a word. Added tokens (``<s>``, ``[MASK]``...)
     never continue one; with no marker, no token does.
     """
-    vocab = tok.get_vocab(with_added_tokens=True)
-    table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    # by id (HF's get_vocab builds a dict: 0.5 s of a 250k vocabulary's 0.9 s); a vocabulary with
+    # a hole in its ids, or one past the count, by get_vocab
+    size = tok.get_vocab_size(with_added_tokens=True)
+    strings = list(map(tok.id_to_token, range(size)))
+    if None in strings or tok.id_to_token(size) is not None:
+        vocab = tok.get_vocab(with_added_tokens=True)
+        size, tokens = max(vocab.values()) + 1, vocab.items()  # ids are unique: no need to sort
+    else:
+        tokens = zip(strings, range(size))
+    table = np.zeros(size, dtype=bool)
     marker = word_marker(tok)
     if marker is None:
         return table
-    tokens = vocab.items()  # ids are unique: no need to sort
+    tokens = list(tokens)
     how, mark = marker
     if how == "continuation":
         flags = [t.startswith(mark) and len(t) > len(mark) for t, _ in tokens]
@@ -331,7 +340,7 @@ class TextTokenizer:
         self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
-        self.checked = CheckedEncoder(tok, backend)
+        self.checked = CheckedEncoder(tok, backend, model_type=self.model_type)
 
     def _init_sentencepiece(self, path: str, model: spm.SpmModel, do_lower_case: bool, flavor: str,
                             backend: str) -> None:
@@ -366,7 +375,8 @@ class TextTokenizer:
                         model.vocab_size - len(model.appended),
                         ", ".join(str(model.vocab_size - len(model.appended) + i) for i in range(len(model.appended))),
                         model.vocab_size)
-        self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model))
+        self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model),
+                                      model_type=self.model_type)
 
     @functools.cached_property
     def is_continuation(self) -> np.ndarray:
@@ -458,6 +468,7 @@ class TextTokenizer:
         texts = self._preprocess(texts)
         words: list[str] = []
         if self.tokenizer is not None:
+            texts = unknown_word_texts(texts, self.checked.encode_batch, unk)
             for text, enc in zip(texts, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
                 words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
             return words
@@ -482,14 +493,16 @@ class CheckedEncoder:
     (``reference``), with HF's conversion of the model (``tok``, None where there is none) a
     candidate like any other.
 
-    At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
-    the reference does; ``check_block`` compares it with the reference again on real input (each
+    At construction each candidate must encode the probes of the tokenizer's model type
+    (``selfcheck.probes_for``; the generic ``PROBES`` against the sentencepiece library) exactly
+    as the reference does; ``check_block`` compares it with the reference again on real input (each
     task's first texts). On any difference the reference encodes for the rest of that task
     (``begin_task`` starts the next one with the backend chosen at load), with a warning naming
     the text, and ``info`` (what the task marker and the manifest record) says so.
     """
 
-    def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None):
+    def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None,
+                 model_type: str | None = None):
         if reference is None:
             self.reference = HFEncoder(tok)
             # the checks compare with the HF tokenizer as it is (no ASCII route: their few texts
@@ -497,7 +510,10 @@ class CheckedEncoder:
             self._plain = HFEncoder(tok, ascii_route=False)
         else:
             self.reference = self._plain = reference
-        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
+        # a model type's own probes are checks against HF; against the sentencepiece library its
+        # HF conversion is known to break ties otherwise (spm.py) and meets the generic set only
+        probes = PROBES if reference is not None else probes_for(model_type or (model_type_of(tok) if tok else None))
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain, probes)
         if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
             self.info["reference"] = self.reference.name
         self._chosen = (self.encoder, self.info)
@@ -531,12 +547,13 @@ def _label(reference) -> str:
     return "HF" if reference.name == HFEncoder.name else reference.name
 
 
-def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> tuple[object, dict]:
+def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain,
+                    probes: tuple[str, ...]) -> tuple[object, dict]:
     """The encoder to use and what to record about it (``auto``: the fastest that is exact, as
-    ``plain``, the reference as it is, encodes the probes)."""
+    ``plain``, the reference as it is, encodes ``probes``)."""
     if requested not in backend_names():
         raise ConfigError(f"unknown tokenizer backend {requested!r}; choose one of {', '.join(backend_names())}")
-    reasons = {}
+    reasons, refused = {}, False
     for name in (BACKENDS if requested == "auto" else [requested]):
         if name == reference.name:
             break
@@ -548,18 +565,19 @@ def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> 
             encoder = BACKENDS[name](tok)
         except Exception as exc:  # library missing, or a configuration it does not implement
             reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            refused |= isinstance(exc, UnsupportedConfiguration)
             continue
-        i = first_difference(list(PROBES), encoder, plain)
+        i = first_difference(list(probes), encoder, plain)
         if i is None:
             return encoder, {**_info(encoder), "requested": requested}
-        reasons[name] = f"self-check: ids differ from {_label(reference)} on probe {PROBES[i][:80]!r}"
+        reasons[name] = f"self-check: ids differ from {_label(reference)} on probe {probes[i][:80]!r}"
     info = {**_info(reference), "requested": requested}
     if reasons:
         info["fallback_reason"] = "; ".join(f"{k}: {v}" for k, v in reasons.items())
         # a difference from HF, or a backend asked for by name, is news; in auto mode a backend
         # that is not installed or does not implement this tokenizer (BPE, ELECTRA's rules) is not:
         # the manifest records it (tokenizer_backend), and -v does not repeat it at every load
-        checked = any("self-check" in r for r in reasons.values())
+        checked = refused or any("self-check" in r for r in reasons.values())
         log.log(logging.WARNING if requested != "auto" or checked else logging.DEBUG,
                 "tokenizer backend falls back to %s: %s", reference.name, info["fallback_reason"])
     return reference, info

@@ -1,9 +1,10 @@
 """Exactness guard for fast backends: the same ids as HF on hard text, or HF is used.
 
-A backend is trusted for a run only after it encodes ``PROBES`` (the built-in adversarial set)
-exactly as HF does; each task then also compares its first block of real input. Any
-difference makes the task fall back to HF, with a warning naming the first differing text, and
-the fact goes into the task marker and the manifest.
+A backend is trusted for a run only after it encodes the probes of its tokenizer's model type
+(:func:`probes_for`: ``PROBES``, then that type's own set in ``PROBE_SETS``) exactly as HF
+does; each task then also compares its first block of real input. Any difference makes the task
+fall back to HF, with a warning naming the first differing text, and the fact goes into the task
+marker and the manifest.
 """
 
 from __future__ import annotations
@@ -34,6 +35,38 @@ def _probes() -> list[str]:
 
 
 PROBES: tuple[str, ...] = tuple(_probes())
+
+
+def _unigram_probes() -> list[str]:
+    """Where a SentencePiece-style Unigram (XLM-R's, T5's, ALBERT's) is easy to get wrong: the
+    unknown token between spaces, ties between segmentations of equal score (``666``: the
+    sentencepiece library breaks them unlike HF), whitespace runs and U+0085 (whitespace to some
+    rules only), accents with and without stripping (ALBERT's ``StripAccents`` differs from
+    splintr's on combining marks such as U+0488 and U+07FD), ``▁`` in the text itself, and added
+    tokens inside words."""
+    return [
+        " <unk> ", "<unk>", "a<unk>b", "<id>666</id>", "666", " 666 6666 66666", "1234567890 3.14 1,5",  # unk, digits
+        "x1y22z333", "\u0663\u0664 \uff11\uff12 \u00bd \u00b2",
+        "a  b", "a\t\tb", "  x  y  ", "\n\n", "a \u3000 b", "x" + " " * 9 + "y", "a\u2028b\u2029c",   # whitespace runs
+        "\x85", "a\x85b", " \x85\x0b", "\x85next line\x85", "word\x85 \x85",                    # NEL
+        "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m", "cafe\u0301 a\u0308\u0304 \u0301\u0301",      # accents
+        "\u0488 \u0489 \u07fd \u0897 x\u0488y", "\u094e \u0488", "\u01c5 \u1e9b\u0323 \u00df",
+        "\u2581", "x\u2581y \u2581", "\u2581\u2581x", "\u2581hello \u2581 world", "a \u2581 b",  # the ▁ marker
+        "a<mask>b", "x <mask>", "a  <mask>b", "foo<s>bar", "un<unk>known", "a</s>b", "<pad><pad>",    # added tokens
+        "a[MASK]b [CLS]x[SEP]", "<mask >< mask>", "\u4e2d<mask>\u6587",
+    ]
+
+
+PROBE_SETS: dict[str, tuple[str, ...]] = {
+    "sentencepiece": tuple(_unigram_probes()),
+}
+"""Each model type's own probes (keys: ``loading.model_type_of``), checked after ``PROBES``."""
+
+
+def probes_for(model_type: str | None) -> tuple[str, ...]:
+    """The probes a backend must pass for a tokenizer of ``model_type``: ``PROBES``, then the
+    type's own set, if it has one."""
+    return PROBES + PROBE_SETS.get(model_type or "", ())
 
 
 def first_difference(texts: list[str], candidate, reference) -> int | None:
@@ -91,3 +124,9 @@ def first_texts(documents: list[list[str]], budget: int = CHECK_MAX_BYTES) -> li
             if size >= budget:
                 break
     return chosen
+
+
+class UnsupportedConfiguration(ValueError):
+    """A backend refuses a configuration of the model type it serves (ALBERT's accent stripping
+    for the Unigram backend): a fallback to the reference the user hears of, as of a difference,
+    whereas a backend for another model type, or one not installed, falls back silently."""

@@ -16,6 +16,7 @@ from typing import Callable
 
 from mlm_pipeline.tokenize.backends.hf import HFEncoder
 from mlm_pipeline.tokenize.backends.nanotoken import NanotokenEncoder
+from mlm_pipeline.tokenize.backends.splintr import SplintrEncoder
 from mlm_pipeline.tokenize.backends.spm import SentencePieceEncoder
 
 BACKENDS: dict[str, Callable] = {}
@@ -29,6 +30,7 @@ def register_backend(cls) -> None:
 # for a .model), which is always there
 register_backend(NanotokenEncoder)
 register_backend(SentencePieceEncoder)
+register_backend(SplintrEncoder)  # Unigram tokenizer.json (XLM-R, T5); after sentencepiece, the reference of a .model
 register_backend(HFEncoder)
 
 
