@@ -230,7 +230,8 @@ class PrepareConfig(BaseModel):
     objective: ObjectiveName = setting(
         "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "
         "packed: RoBERTa full sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, "
-        "masked in training.",
+        "masked in training. sentences, documents: tokenized documents for --format megatron, a sequence per "
+        "sentence (Megatron BERT) or per document.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
         None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
@@ -272,7 +273,9 @@ class PrepareConfig(BaseModel):
 
     format: OutputFormatName = setting(
         "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
+        "parquet: the same columns, unpadded, zstd-compressed. megatron: Megatron-LM's .bin/.idx of tokens, not "
+        "instances (Megatron builds and masks them), with --objective sentences or documents.",
+        choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",
@@ -401,6 +404,9 @@ class PrepareConfig(BaseModel):
         if self.random_next_sentence and self.objective != "sop":
             raise ValueError(f"--random-next-sentence chooses ALBERT's variant of --objective sop; "
                              f"--objective {self.objective} does not use it")
+        from mlm_pipeline.instances.documents import check_format
+
+        check_format(self)  # (--format megatron takes tokenized documents only)
         check = get_objective(self.objective).check
         if check is not None:
             check(self)
