@@ -228,10 +228,9 @@ class PrepareConfig(BaseModel):
     wiki_keep_references: bool = setting(False, "input", "Wikipedia dump: keep reference sections and citations.")
 
     objective: ObjectiveName = setting(
-        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "
-        "packed: RoBERTa full sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, "
-        "masked in training. sentences, documents: tokenized documents for --format megatron, a sequence per "
-        "sentence (Megatron BERT) or per document.",
+        "nsp", "instances", "nsp: BERT pairs with next-sentence labels. sop: ALBERT's sentence order. "
+        "packed: RoBERTa full sentences. tokens: fixed windows. electra: ELECTRA's examples, "
+        "masked in training. sentences, documents: tokens for megatron.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
         None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
@@ -272,9 +271,8 @@ class PrepareConfig(BaseModel):
         google="random_next_sentence")
 
     format: OutputFormatName = setting(
-        "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed. megatron: Megatron-LM's .bin/.idx of tokens, not "
-        "instances (Megatron builds and masks them), with --objective sentences or documents.",
+        "tfrecord", "output", "tfrecord: tf.train.Examples for BERT's run_pretraining.py. "
+        "parquet: the same, unpadded. megatron: .bin/.idx of tokens, not instances.",
         choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
