@@ -157,7 +157,7 @@ def test_a_format_is_known_only_while_registered(tmp_path):
             register_output_format(OutputFormat(name="tfrecord", open_writer=JsonLinesWriter, read_shard=read_json_lines))
     finally:
         unregister_output_format("jsonl")
-    assert output_format_names() == ("tfrecord", "parquet")
+    assert output_format_names() == ("tfrecord", "parquet", "megatron")
     with pytest.raises(ConfigError, match=r"^unknown output format 'jsonl'; known formats: tfrecord, parquet$"):
         get_output_format("jsonl")
 
