@@ -158,7 +158,7 @@ def test_a_format_is_known_only_while_registered(tmp_path):
     finally:
         unregister_output_format("jsonl")
     assert output_format_names() == ("tfrecord", "parquet", "megatron")
-    with pytest.raises(ConfigError, match=r"^unknown output format 'jsonl'; known formats: tfrecord, parquet$"):
+    with pytest.raises(ConfigError, match=r"^unknown output format 'jsonl'; known formats: tfrecord, parquet, megatron$"):
         get_output_format("jsonl")
 
 
