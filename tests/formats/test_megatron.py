@@ -10,6 +10,7 @@ leaves out exactly the documents our counts say, and its samples hold our senten
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -384,3 +385,48 @@ def test_a_tiny_bert_trains_from_indexed_dataset(sentence_run):
         optimizer.step()
         losses.append(loss.item())
     assert np.mean(losses[-8:]) < 0.7 * np.mean(losses[:8]), losses
+
+
+@pytest.mark.slow
+def test_resume_after_kill_gives_the_clean_runs_bytes(tmp_path):
+    """``prepare`` killed (SIGKILL, its process group) with some tasks done, then run again: the
+    same .bin, .idx and blend file as a run never stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers_run import make_config, shard_table
+    from mlm_pipeline.pipeline import run_prepare
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(WIKITEXT.read_bytes() * 3)
+    settings = {"split_bytes": "192KiB", "block_bytes": "32KiB", "input_format": "wikitext"}
+    clean = run_prepare(make_config([corpus], tmp_path / "clean", format="megatron", objective="sentences",
+                                    **settings), show_progress=False)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", str(corpus), "-o", str(out), "-t", str(VOCAB),
+            "--format", "megatron", "--objective", "sentences", "--workers", "1", "--no-progress",
+            "--split-size", settings["split_bytes"], "--block-size", settings["block_bytes"], "--input-format", "wikitext"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "_tasks").exists() and len(list((out / "_tasks").glob("*.json"))) >= 3:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "prepare ended before it could be killed"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert not (out / "manifest.json").exists()
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    from tests.helpers_run import read_manifest
+
+    again = read_manifest(str(out))
+    assert shard_table(again) == shard_table(clean)
+    assert [s["companions"] for s in again["shards"]] == [s["companions"] for s in clean["shards"]]
+    assert sorted(p.name for p in (out / "shards").iterdir()) == sorted(p.name for p in (tmp_path / "clean" / "shards").iterdir())
+    assert (out / "megatron_data_args.txt").read_bytes() == (tmp_path / "clean" / "megatron_data_args.txt").read_bytes()
