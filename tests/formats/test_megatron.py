@@ -430,3 +430,13 @@ def test_resume_after_kill_gives_the_clean_runs_bytes(tmp_path):
     assert [s["companions"] for s in again["shards"]] == [s["companions"] for s in clean["shards"]]
     assert sorted(p.name for p in (out / "shards").iterdir()) == sorted(p.name for p in (tmp_path / "clean" / "shards").iterdir())
     assert (out / "megatron_data_args.txt").read_bytes() == (tmp_path / "clean" / "megatron_data_args.txt").read_bytes()
+
+
+def test_verify_counts_a_pair_as_one_shard(sentence_run):
+    from mlm_pipeline.verify import verify_output
+
+    out, manifest = sentence_run
+    result = verify_output(str(out))
+    assert result.ok and result.checked == len(manifest["shards"])
+    assert result.bytes_checked == manifest["totals"]["bytes_written"] == \
+        sum(p.stat().st_size for p in (out / "shards").iterdir())
