@@ -42,6 +42,10 @@ Variants (``--variants``, comma-separated):
              (cut at a line end), with the same task size: what two processes of this pipeline get
              on this machine at this moment, each paying its own tokenizer load and first touch of
              memory; tf-d1-w2 / tf-d1 against tf-d1-x2 / tf-d1 is what the pool itself costs
+  pq-tokens  ``--objective tokens``, Parquet: tokens only, unmasked (the baseline of the megatron variants)
+  megatron   ``--format megatron --objective sentences`` (Megatron's .bin/.idx, a sequence per
+             sentence); compared with pq-tokens, the other output of tokens that nothing masks
+  megatron-docs  ``--format megatron --objective documents`` (a sequence per document)
   raw-x2     two raw processes at once, each on half the input: the speed-up two processes get
              on this machine at this moment (the ceiling for tf-d1-w2 / tf-d1 under the same load)
   hf         (if ``datasets``/``transformers``/``torch`` are installed) HF ``datasets`` text ->
@@ -101,6 +105,9 @@ PREPARE_VARIANTS = {
     "sop-d1": {"format": "tfrecord", "dupe_factor": 1, "objective": "sop"},
     "sop-ref-d1": {"format": "tfrecord", "dupe_factor": 1, "objective": "sop", "reference": True},
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
+    "pq-tokens": {"format": "parquet", "objective": "tokens"},
+    "megatron": {"format": "megatron", "objective": "sentences"},
+    "megatron-docs": {"format": "megatron", "objective": "documents"},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
 DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,mds-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,"
@@ -115,6 +122,8 @@ COMPARISONS = [
     ("mds-d1", "pq-d1", "MDS / Parquet speed (dupe 1): at least 0.91 keeps MDS within 10% of Parquet's cost"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
+    ("megatron", "pq-tokens", "Megatron .bin/.idx (sentences) / Parquet (tokens, unmasked) speed"),
+    ("megatron-docs", "pq-tokens", "Megatron .bin/.idx (documents) / Parquet (tokens, unmasked) speed"),
     ("tf-d1-x2", "tf-d1", "2 one-worker runs on the halves at once / 1 on all: what 2 processes get, with no pool"),
     ("raw-x2", "raw", "2 raw tokenizer processes / 1: what the machine allows right now"),
 ]

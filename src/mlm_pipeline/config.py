@@ -237,9 +237,9 @@ class PrepareConfig(BaseModel):
     wiki_keep_references: bool = setting(False, "input", "Wikipedia dump: keep reference sections and citations.")
 
     objective: ObjectiveName = setting(
-        "nsp", "instances", "nsp: BERT sentence pairs with next-sentence labels. sop: ALBERT's sentence order. "
-        "packed: RoBERTa full sentences, no NSP. tokens: fixed windows of tokens. electra: ELECTRA's examples, "
-        "masked in training.",
+        "nsp", "instances", "nsp: BERT pairs with next-sentence labels. sop: ALBERT's sentence order. "
+        "packed: RoBERTa full sentences. tokens: fixed windows. electra: ELECTRA's examples, "
+        "masked in training. sentences, documents: tokens for megatron.",
         choices=_objective_choices)
     masking: Literal["static", "none"] | None = setting(
         None, "masking", "static: mask now, as BERT's TFRecords. none: the training loader masks. "
@@ -284,8 +284,9 @@ class PrepareConfig(BaseModel):
         True, "instances", "packed: rows may span documents (FULL-SENTENCES); off: never (DOC-SENTENCES).")
 
     format: OutputFormatName = setting(
-        "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed. mds: mosaicml-streaming's (Composer).",
+        "tfrecord", "output", "tfrecord: tf.train.Examples for BERT's run_pretraining.py. "
+        "parquet: the same, unpadded. mds: mosaicml-streaming's (Composer). megatron: .bin/.idx of tokens, "
+        "not instances.",
         choices=_output_format_choices)
     mds_compression: Literal["none", "zstd"] = setting(
         "none", "output", "zstd: compressed MDS shards (not for NoStreamingDataset).")
@@ -432,6 +433,9 @@ class PrepareConfig(BaseModel):
         if (self.packing != "sentences" or not self.cross_document) and self.objective != "packed":
             raise ValueError(f"--packing and --no-cross-document choose how --objective packed packs; "
                              f"--objective {self.objective} does not use them")
+        from mlm_pipeline.instances.documents import check_format
+
+        check_format(self)  # (--format megatron takes tokenized documents only)
         check = get_objective(self.objective).check
         if check is not None:
             check(self)

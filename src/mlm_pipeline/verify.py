@@ -149,7 +149,7 @@ def forget_bad_tasks(output: str, result: VerifyResult) -> list[str]:
         if marker is _NOT_READ:
             log.warning("%s cannot be read now: kept (run verify --repair again)", url)
             continue
-        if marker is None or bad & {s["path"] for s in marker["shards"]}:
+        if marker is None or bad & {f["path"] for s in marker["shards"] for f in layout.shard_files(s)}:
             fs.remove(url)
             forgotten.append(layout.task_id_of(url))
     if forgotten:
@@ -170,9 +170,11 @@ def verify_output(output: str, *, check: str = "sha256", threads: int = 4) -> Ve
         url = layout.shard_url(output, entry["path"])
         return entry, check_shard(url, size=entry.get("bytes"), sha256=entry.get("sha256"), check=check)
 
+    # every file of every shard (Megatron's .idx beside its .bin); a shard counts once
+    files = [(f, k == 0) for entry in shards for k, f in enumerate(layout.shard_files(entry))]
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        for entry, problem in pool.map(one, shards):
-            result.checked += 1
+        for (entry, problem), shard in zip(pool.map(one, (f for f, _ in files)), (s for _, s in files)):
+            result.checked += shard
             if problem is None:
                 result.bytes_checked += int(entry.get("bytes") or 0)
             else:

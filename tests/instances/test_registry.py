@@ -156,7 +156,7 @@ def test_the_command_line_offers_and_runs_a_registered_objective(single_sentence
     app.callback()(lambda: None)  # keep `prepare` a subcommand
     add_prepare_command(app)  # a command built after the registration lists it among the choices
     help_text = CliRunner().invoke(app, ["prepare", "--help"], env={"COLUMNS": "240"}).output
-    assert "nsp|packed|tokens|electra|sop|single_sentences" in help_text
+    assert "nsp|packed|tokens|electra|sop|sentences|documents|single_sentences" in help_text
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["prepare", str(SAMPLE_TEXT), "-o", str(out), "-t", str(VOCAB),
                                       "--objective", "single_sentences", "--workers", "1", "--no-progress"])

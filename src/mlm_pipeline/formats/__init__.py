@@ -11,6 +11,8 @@ Built-in formats are imported on first use (Parquet pulls in pyarrow, ~0.4 s per
   features of google-research/bert's ``run_pretraining.py``, padded.
 - ``parquet`` (:mod:`mlm_pipeline.formats.parquet`): the same columns unpadded, zstd-compressed.
 - ``mds`` (:mod:`mlm_pipeline.formats.mds`): mosaicml-streaming's MDS shards and ``index.json``.
+- ``megatron`` (:mod:`mlm_pipeline.formats.megatron`): Megatron-LM's ``.bin``/``.idx`` of tokenized
+  documents (its shard files end in ``.bin``, with the ``.idx`` beside them).
 
 A new format is one module defining an :class:`OutputFormat`, plus one line in ``_BUILT_IN``; or,
 from the outside, one :func:`register_output_format` call. A registration lives in the process
@@ -45,6 +47,7 @@ _BUILT_IN: dict[str, str] = {
     "tfrecord": "mlm_pipeline.formats.tfrecord",
     "parquet": "mlm_pipeline.formats.parquet",
     "mds": "mlm_pipeline.formats.mds",
+    "megatron": "mlm_pipeline.formats.megatron",
 }
 _REGISTERED: dict[str, OutputFormat] = {}
 

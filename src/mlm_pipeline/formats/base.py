@@ -50,8 +50,9 @@ class ShardWriter(Protocol):
 
     def write(self, batch: InstanceBatch) -> None: ...
 
-    def close(self) -> None:
-        """Finish the file's content (footers, indexes); the caller closes the file."""
+    def close(self) -> dict[str, bytes] | None:
+        """Finish the file's content (footers, indexes); the caller closes the file. Returns the
+        bytes of the format's companion files (:attr:`OutputFormat.companions`), if it has any."""
 
 
 class ShardRows(Protocol):
@@ -109,6 +110,12 @@ class OutputFormat:
             manifest alone, never from its ``created`` time, so that every finisher of a run
             writes the same bytes. They are written before ``manifest.json``: a reader that
             finds the manifest finds them too. ``None``: the shards are all there is.
+        suffix: the shard files' extension when it is not ``.NAME`` (Megatron's ``.bin``).
+        companions: extensions of files each shard has beside it (Megatron's ``.idx``), named as
+            the shard with the extension replaced. The writer's ``close()`` returns their bytes
+            (``{extension: bytes}``); the sink commits them before the shard, so a shard that
+            exists has its companions, and records each one's size and digest in the shard's
+            manifest entry (``companions``), which ``verify`` and resume check as they check the shard.
     """
 
     name: str
@@ -117,6 +124,8 @@ class OutputFormat:
     open_rows: Callable[..., ShardRows] | None = None
     read_layout: Callable[[str, bool], ShardLayout] | None = None
     run_files: Callable[[dict], dict[str, bytes]] | None = None
+    suffix: str | None = None
+    companions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -130,11 +139,15 @@ class OutputFormat:
         for field in ("open_rows", "read_layout", "run_files"):
             if getattr(self, field) is not None and not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable or None")
+        for extension in (self.suffix, *self.companions):
+            if extension is not None and not re.fullmatch(r"\.[a-z0-9_]+", extension):
+                raise ValueError(f"output format {self.name!r}: an extension is a dot and lowercase letters, digits "
+                                 f"or _, got {extension!r}")
 
     @property
     def extension(self) -> str:
         """The shard files' extension, with its dot."""
-        return f".{self.name}"
+        return self.suffix or f".{self.name}"
 
     def read(self, url: str) -> InstanceBatch:
         """The whole shard at ``url``; an error reading it names the shard (:func:`named`)."""

@@ -255,28 +255,42 @@ class ShardSink:
                                                **self.writer_args)
         self._count = 0
 
-    def _close_file(self) -> None:
+    def _close_file(self) -> dict[str, bytes]:
         try:
-            self._writer.close()
+            companions = self._writer.close() or {}
         finally:
             self._file.close()
+        return companions
 
     def _commit(self) -> None:
-        self._close_file()
-        name = layout.shard_name(self.task_id, len(self.shards), self.format.name)
+        companions = self._close_file()
+        name = layout.shard_name(self.task_id, len(self.shards), self.format.extension[1:])
         size = os.path.getsize(self._tmp_path)
         if size != self._file.tell():
             raise OSError(f"{self._tmp_path}: {size} bytes on disk, {self._file.tell()} written")
         digest = self._file.hexdigest()
+        entry = {"path": layout.shard_path(name), "instances": self._count, "bytes": size, "sha256": digest}
+        if companions:  # committed first: a shard that exists has them
+            entry["companions"] = [self._commit_companion(layout.companion_name(name, extension), companions[extension])
+                                   for extension in self.format.companions]
         commit_file(self._tmp_path, fs.join(layout.shards_url(self.output), name))
-        self.shards.append(
-            {"path": layout.shard_path(name), "instances": self._count, "bytes": size, "sha256": digest,
-             **(getattr(self._writer, "shard_entry", None) or {})}  # (a format's own, such as MDS's columns)
-        )
+        entry.update(getattr(self._writer, "shard_entry", None) or {})  # (a format's own, such as MDS's columns)
+        self.shards.append(entry)
         self._rows += self._count
         self._writer = None
         self._file = None
         self._tmp_path = None
+
+    def _commit_companion(self, name: str, data: bytes) -> dict:
+        """Commit a companion file of the shard being committed; its manifest entry."""
+        tmp = os.path.join(self.tmp_dir, layout.tmp_shard_name(self.task_id))
+        f = HashingFile(tmp)
+        try:
+            f.write(data)
+        finally:
+            f.close()
+        commit_file(tmp, fs.join(layout.shards_url(self.output), name))
+        return {"path": layout.shard_path(name), "bytes": len(data), "sha256": f.hexdigest()}
 
     def write(self, batch: InstanceBatch) -> None:
         start = 0
@@ -313,10 +327,15 @@ class ShardSink:
         bytes. One existence check when there are none."""
         k = len(self.shards)
         while True:
-            url = fs.join(layout.shards_url(self.output), layout.shard_name(self.task_id, k, self.format.name))
+            name = layout.shard_name(self.task_id, k, self.format.extension[1:])
+            url = fs.join(layout.shards_url(self.output), name)
             if not fs.exists(url):
                 return
             fs.remove(url)
+            for extension in self.format.companions:  # (after the shard: a shard never lacks them)
+                companion = fs.join(layout.shards_url(self.output), layout.companion_name(name, extension))
+                if fs.exists(companion):
+                    fs.remove(companion)
             k += 1
 
     def abort(self) -> None:

@@ -22,6 +22,8 @@ Built in:
 * ``electra`` (``electra.py``): google-research/electra's ``build_pretraining_dataset.py``
   examples (three features, masked at training time); its reference mode reproduces that
   script's output file for file.
+* ``sentences`` and ``documents`` (``documents.py``): tokenized documents, unmasked, for
+  ``--format megatron`` (Megatron builds its instances itself).
 """
 
 from __future__ import annotations
@@ -55,9 +57,10 @@ def _registry() -> dict[str, Objective]:
     """The registry, with the built-in objectives registered first (on the first call)."""
     global _built_in_loaded
     if not _built_in_loaded:
-        from mlm_pipeline.instances import electra, nsp, packed, sop, tokens
+        from mlm_pipeline.instances import documents, electra, nsp, packed, sop, tokens
 
-        for objective in (nsp.OBJECTIVE, packed.OBJECTIVE, tokens.OBJECTIVE, electra.OBJECTIVE, sop.OBJECTIVE):
+        for objective in (nsp.OBJECTIVE, packed.OBJECTIVE, tokens.OBJECTIVE, electra.OBJECTIVE, sop.OBJECTIVE,
+                          documents.SENTENCES, documents.DOCUMENTS):
             _OBJECTIVES[objective.name] = objective
         _built_in_loaded = True
     return _OBJECTIVES

@@ -52,6 +52,7 @@ def render_summary(manifest: dict, output: str, *, wrote: bool = True) -> str:
     ]
     if files_skipped:
         lines.append("  files skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(files_skipped.items())))
+    lines += _megatron_lines(t)
     lines += [f"  warning: {w}" for w in warnings(manifest)]
     lines.append(f"  details: mlm-pipeline report {shlex.quote(output)}; examples: mlm-pipeline inspect {shlex.quote(output)}")
     return "\n".join(lines)
@@ -95,6 +96,8 @@ def _pair_lines(t: dict) -> list[str]:
 
 def _masking_lines(manifest: dict, t: dict) -> list[str]:
     """How masks were drawn, or that the shards hold none (the training loader masks them)."""
+    if manifest.get("format") == "megatron":
+        return ["  masks: none in the shards: Megatron masks as it builds its samples"]
     if manifest.get("masking") == "none":
         return ["  masks: none in the shards (--masking none): the training loader masks at load time"]
     masked, inst = t.get("masked_tokens", 0), t.get("instances", 0)
@@ -160,6 +163,7 @@ def render_report(manifest: dict) -> str:
         f"  instances {inst:,} in {t.get('shards', 0)} shards ({t.get('bytes_written', 0):,} bytes)",
         *(_electra_lines(t) if "single_segment" in t else _pair_lines(t) if "random_next" in t else []),
         *_packing_lines(manifest, t),
+        *_megatron_lines(t),
         *_masking_lines(manifest, t),
         *_language_lines(manifest),
         "",
@@ -171,6 +175,16 @@ def render_report(manifest: dict) -> str:
     lines += [line for w in random_next_warning(manifest) for line in ("", f"warning: {w}")]
     lines += [line for w in warnings(manifest) for line in ("", f"warning: {w}")]
     return "\n".join(lines)
+
+
+def _megatron_lines(t: dict) -> list[str]:
+    """``--format megatron``: its sequences, and the documents megatron-core's BERT dataset leaves out."""
+    if "megatron_sequences" not in t:
+        return []
+    one, long = t.get("megatron_one_sentence_documents", 0), t.get("megatron_long_sentence_documents", 0)
+    return [f"  megatron: {t['megatron_sequences']:,} sequences in {t.get('instances', 0):,} documents; Megatron BERT "
+            f"leaves out {long:,} document(s) with a sentence over 512 tokens, and {one:,} of one sentence "
+            "unless --bert-no-binary-head"]
 
 
 SHOWN_TOKENS = 12

@@ -7,7 +7,8 @@
     OUTPUT/_tasks/TASK.json          a task's completion marker: its shards and stats (written last)
     OUTPUT/_leases/TASK.json         claim mode: which worker holds a task, until when
     OUTPUT/_tmp/TASK-RANDOM.partial  a shard being written (local outputs; cleared when a run starts and ends)
-    OUTPUT/shards/part-TASK-NNNNN.FORMAT   committed shards (the format's name is the extension)
+    OUTPUT/shards/part-TASK-NNNNN.FORMAT   committed shards (the format's name is the extension,
+                                     unless it has its own: megatron's .bin, with its .idx beside it)
     OUTPUT/pretrain_tfrecords/pretrain_data.tfrecord-I-of-N
                                      with --num-out-files: ELECTRA's output files instead of shards,
                                      where its pretraining glob (DATA_DIR/pretrain_tfrecords/
@@ -113,6 +114,18 @@ def shard_path(name: str) -> str:
     return f"{SHARDS_DIR}/{name}"
 
 
+def companion_name(name: str, extension: str) -> str:
+    """The name of a shard's companion file: the shard's name with its extension replaced
+    (``part-00003-00000.bin`` -> ``part-00003-00000.idx``, Megatron's pair)."""
+    return f"{name.rsplit('.', 1)[0]}{extension}"
+
+
+def shard_files(entry: dict) -> list[dict]:
+    """A shard's manifest (or marker) entry and its companions' (``path``, ``bytes``, ``sha256``):
+    every file a shard is, for the checks that a shard is whole."""
+    return [entry, *entry.get("companions", ())]
+
+
 def out_files_url(output: str) -> str:
     """The directory of ELECTRA-named output files (``--num-out-files``)."""
     return fs.join(output, OUT_FILES_DIR)
@@ -198,6 +211,6 @@ __all__ = [
     "LEASES_DIR", "LOCK_FILE", "MANIFEST_FILE", "OUT_FILES_DIR", "OUT_FILE_PREFIX", "PLAN_FILE", "RUN_FILE", "SHARDS_DIR",
     "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
     "LANGUAGE_COUNTS_DIR", "language_counts_url",
-    "LAYOUT_NAMES", "refuse_a_file", "refuse_links", "shard_dir_urls", "shard_url",
+    "LAYOUT_NAMES", "companion_name", "shard_files", "refuse_a_file", "refuse_links", "shard_dir_urls", "shard_url",
     "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

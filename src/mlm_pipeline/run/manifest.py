@@ -50,7 +50,7 @@ def build_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
         ranked = sorted(totals["unknown_words"].items(), key=lambda kv: (-kv[1], kv[0]))
         totals["unknown_words"] = dict(ranked[:100])
     totals["shards"] = len(shards)
-    totals["bytes_written"] = sum(s["bytes"] for s in shards)
+    totals["bytes_written"] = sum(f["bytes"] for s in shards for f in layout.shard_files(s))
     totals["files_skipped"] = {}
     for s in plan.skipped_files:
         totals["files_skipped"][s["reason"]] = totals["files_skipped"].get(s["reason"], 0) + 1

@@ -559,7 +559,8 @@ def completed_tasks(config: PrepareConfig, plan: Plan) -> CompletedTasks:
         if not isinstance(marker, dict) or marker.get("output_fingerprint") != fingerprint:
             done.rejected[task_id] = data  # damaged, or made with other settings: redo the task
             continue
-        bad = [s["path"] for s in marker["shards"] if shard_sizes.get(s["path"].rsplit("/", 1)[-1]) != s["bytes"]]
+        bad = [f["path"] for s in marker["shards"] for f in layout.shard_files(s)
+               if shard_sizes.get(f["path"].rsplit("/", 1)[-1]) != f["bytes"]]
         if bad:  # a shard missing, or of another size than its task wrote (truncated): redo the task
             log.warning("task %s is not done (prepare runs it again): shard %s is %s", marker["task_id"], bad[0],
                         "missing" if bad[0].rsplit("/", 1)[-1] not in shard_sizes else
@@ -587,7 +588,7 @@ def forget_rejected(output: str, done: CompletedTasks, task_ids: Iterable[str] |
 
 
 def _bytes_of(marker: dict, path: str) -> int:
-    return next(s["bytes"] for s in marker["shards"] if s["path"] == path)
+    return next(f["bytes"] for s in marker["shards"] for f in layout.shard_files(s) if f["path"] == path)
 
 
 __all__ = ["ALGORITHM", "CompletedTasks", "RunStart", "check_or_start_run", "completed_tasks", "done_task_ids", "forget_rejected", "load_run",
