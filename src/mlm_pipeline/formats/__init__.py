@@ -97,8 +97,9 @@ def output_format_for_file(path: str) -> OutputFormat | None:
     there is one.
     """
     for name in output_format_names():
-        if re.search(rf"\.{re.escape(name)}(-\d+-of-\d+)?$", path):
-            return get_output_format(name)
+        found = get_output_format(name)
+        if re.search(rf"{re.escape(found.extension)}(-\d+-of-\d+)?$", path):
+            return found
     return None
 
 

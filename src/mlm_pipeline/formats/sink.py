@@ -232,13 +232,14 @@ class ShardSink:
         max_seq_length: int,
         max_predictions: int,
         vocab_size: int | None = None,
+        masking: str | None = None,
     ):
         self.output = output
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.limit = max_instances_per_shard
         self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
-                            "vocab_size": vocab_size}
+                            "vocab_size": vocab_size, "masking": masking}
         self.tmp_dir = tmp_dir_for(output)
         self.shards: list[dict] = []
         self._writer = None
@@ -260,7 +261,7 @@ class ShardSink:
 
     def _commit(self) -> None:
         self._close_file()
-        name = layout.shard_name(self.task_id, len(self.shards), self.format.name)
+        name = layout.shard_name(self.task_id, len(self.shards), self.format.extension[1:])
         size = os.path.getsize(self._tmp_path)
         if size != self._file.tell():
             raise OSError(f"{self._tmp_path}: {size} bytes on disk, {self._file.tell()} written")
@@ -303,7 +304,7 @@ class ShardSink:
         bytes. One existence check when there are none."""
         k = len(self.shards)
         while True:
-            url = fs.join(layout.shards_url(self.output), layout.shard_name(self.task_id, k, self.format.name))
+            url = fs.join(layout.shards_url(self.output), layout.shard_name(self.task_id, k, self.format.extension[1:]))
             if not fs.exists(url):
                 return
             fs.remove(url)
@@ -341,6 +342,7 @@ class OutFilesSink:
         max_seq_length: int,
         max_predictions: int,
         vocab_size: int | None = None,
+        masking: str | None = None,
     ):
         if num_out_files < task_count:
             raise ConfigError(
@@ -351,7 +353,7 @@ class OutFilesSink:
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
-                            "vocab_size": vocab_size}
+                            "vocab_size": vocab_size, "masking": masking}
         self.indices = list(range(task_index, num_out_files, task_count))
         self.names = [layout.out_file_name(i, num_out_files) for i in self.indices]
         tmp = tmp_dir_for(output)
@@ -400,14 +402,16 @@ class OutFilesSink:
 def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_predictions: int,
               vocab_size: int | None = None):
     """The sink a run's settings ask for: ELECTRA's output files with ``num_out_files``, else shards.
-    ``vocab_size``: the tokenizer's, for formats whose id type follows it."""
+    ``vocab_size``: the tokenizer's, for formats whose id type follows it; the writers are also
+    told the run's ``masking``, for formats whose columns follow it."""
     if config.num_out_files is not None:
         return OutFilesSink(
             config.output, task_id, fmt=config.format, task_index=task_index, task_count=task_count,
             num_out_files=config.num_out_files, max_seq_length=config.max_seq_length,
-            max_predictions=max_predictions, vocab_size=vocab_size,
+            max_predictions=max_predictions, vocab_size=vocab_size, masking=config.masking,
         )
     return ShardSink(
         config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
         max_seq_length=config.max_seq_length, max_predictions=max_predictions, vocab_size=vocab_size,
+        masking=config.masking,
     )
