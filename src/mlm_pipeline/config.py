@@ -271,8 +271,8 @@ class PrepareConfig(BaseModel):
         google="random_next_sentence")
 
     format: OutputFormatName = setting(
-        "tfrecord", "output", "tfrecord: tf.train.Example records for BERT's run_pretraining.py. "
-        "parquet: the same columns, unpadded, zstd-compressed.", choices=_output_format_choices)
+        "tfrecord", "output", "tfrecord: for BERT's run_pretraining.py. parquet: the same columns, "
+        "unpadded, zstd. hf: for datasets.load_from_disk.", choices=_output_format_choices)
     split_bytes: SizeOrAuto = setting(
         "auto", "execution", "Input bytes per task (64MB = 64*10^6 bytes, 64MiB = 64*2^20). auto: the total input / 256, "
         "from 4MiB to 64MiB (several tasks per worker keep a pool busy to the end).",

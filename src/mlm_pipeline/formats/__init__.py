@@ -10,6 +10,8 @@ Built-in formats are imported on first use (Parquet pulls in pyarrow, ~0.4 s per
 - ``tfrecord`` (:mod:`mlm_pipeline.formats.tfrecord`): ``tf.train.Example`` records with the
   features of google-research/bert's ``run_pretraining.py``, padded.
 - ``parquet`` (:mod:`mlm_pipeline.formats.parquet`): the same columns unpadded, zstd-compressed.
+- ``hf`` (:mod:`mlm_pipeline.formats.hf`): a Hugging Face ``datasets`` dataset (``.arrow``
+  shards and the ``state.json`` of ``save_to_disk``), with the columns its models take.
 
 A new format is one module defining an :class:`OutputFormat`, plus one line in ``_BUILT_IN``; or,
 from the outside, one :func:`register_output_format` call. A registration lives in the process
@@ -43,6 +45,7 @@ __all__ = [
 _BUILT_IN: dict[str, str] = {
     "tfrecord": "mlm_pipeline.formats.tfrecord",
     "parquet": "mlm_pipeline.formats.parquet",
+    "hf": "mlm_pipeline.formats.hf",
 }
 _REGISTERED: dict[str, OutputFormat] = {}
 
