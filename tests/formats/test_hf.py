@@ -88,6 +88,56 @@ def test_load_from_disk_opens_the_whole_run_typed_with_the_parquet_output_s_inst
     assert shard.num_rows == manifest["shards"][0]["instances"] and shard.features == ds.features
 
 
+def test_the_card_s_configs_give_the_hub_and_load_dataset_the_shards_alone(runs):
+    """load_dataset(OUT) of Parquet output, and the hf output as the Hub reads it (the card's
+    ``configs``: what load_dataset_builder uses; load_dataset refuses a local save_to_disk
+    directory, as datasets does for every one): the same rows, never the run's JSON files."""
+    parquet_out, parquet_manifest = runs["parquet"]
+    parquet = _all(parquet_out, parquet_manifest)
+    ds = datasets.load_dataset(str(parquet_out), split="train")
+    assert ds.column_names == ["input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                               "masked_lm_weights", "next_sentence_labels"]
+    assert ds.features["input_ids"] == datasets.List(datasets.Value("int32"))
+    assert len(ds) == len(parquet)
+    for i in range(0, len(ds), 37):
+        want = parquet.row(i)
+        assert ds[i]["input_ids"] == want["input_ids"] and ds[i]["masked_lm_ids"] == want["masked_lm_ids"]
+
+    hf_out, _ = runs["hf"]
+    with pytest.raises(ValueError, match="load_from_disk"):
+        datasets.load_dataset(str(hf_out))
+    builder = datasets.load_dataset_builder(str(hf_out))
+    builder.download_and_prepare()
+    from_card = builder.as_dataset(split="train")
+    assert from_card.features == datasets.load_from_disk(str(hf_out)).features
+    _assert_rows_are(from_card, parquet)
+
+
+def test_every_output_has_a_card_naming_its_shards_and_what_they_are(runs, tmp_path):
+    import yaml
+
+    for fmt, (out, manifest) in runs.items():
+        text = (out / "README.md").read_text()
+        header = yaml.safe_load(text.split("---\n")[1])
+        glob = {"hf": "shards/part-*.arrow", "parquet": "shards/part-*.parquet"}[fmt]
+        assert header["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": glob}]}]
+        assert header["task_categories"] == ["fill-mask"] and header["size_categories"] == ["1K<n<10K"]
+        for fact in (f"{manifest['totals']['instances']:,} training instances", "objective: `nsp`",
+                     "bert-base-uncased-vocab.txt", manifest["tokenizer_fingerprint"], "| `max_seq_length` | `128` |",
+                     f"| tokens | {manifest['totals']['tokens']:,} |", "- `wikitext2-train-1MB.txt`"):
+            assert fact in text, (fmt, fact)
+        assert str(VOCAB.parent) not in text  # no path of the machine that ran prepare
+
+    # TFRecord: datasets has no reader; load_dataset says it finds no data files (it would
+    # otherwise have read manifest.json and the task markers as a JSON dataset)
+    manifest = _prepare(tmp_path / "tf", "tfrecord", inputs=[SAMPLE_TEXT])
+    text = (tmp_path / "tf" / "README.md").read_text()
+    assert 'path: "shards/part-*.tfrecord"' in text and "`datasets` has no reader for tfrecord shards" in text
+    with pytest.raises(datasets.exceptions.DataFilesNotFoundError):
+        datasets.load_dataset(str(tmp_path / "tf"))
+    assert manifest["totals"]["instances"] > 0
+
+
 def test_the_format_is_chosen_by_the_manifest_for_the_loader_inspect_report_and_verify(runs):
     """hf shards are ``.arrow``, and no format is named ``arrow``: a reader chosen by file name
     would find none. Every reader of a run takes the manifest's ``hf``."""
@@ -130,7 +180,7 @@ def test_same_bytes_with_one_and_two_workers_and_after_a_resume(runs, tmp_path):
     two = _prepare(tmp_path / "two", "hf", workers=2)
     table = [(s["path"], s["instances"], s["bytes"], s["sha256"]) for s in manifest["shards"]]
     assert [(s["path"], s["instances"], s["bytes"], s["sha256"]) for s in two["shards"]] == table
-    for name in ("state.json", "dataset_info.json"):
+    for name in ("state.json", "dataset_info.json", "README.md"):
         assert (tmp_path / "two" / name).read_bytes() == (out / name).read_bytes(), name
 
     # a run killed after some tasks: a task's marker and shards gone, a half-written shard left
@@ -141,13 +191,13 @@ def test_same_bytes_with_one_and_two_workers_and_after_a_resume(runs, tmp_path):
     for path in (resumed / "shards").glob(f"part-{task}-*"):
         path.unlink()
     (resumed / "_tasks" / f"{task}.json").unlink()
-    for name in ("manifest.json", "state.json", "dataset_info.json"):
+    for name in ("manifest.json", "state.json", "dataset_info.json", "README.md"):
         (resumed / name).unlink()
     (resumed / "_tmp").mkdir(exist_ok=True)
     (resumed / "_tmp" / f"{task}-0123.partial").write_bytes((out / victim["path"]).read_bytes()[:1000])
     again = _prepare(resumed, "hf")
     assert [(s["path"], s["instances"], s["bytes"], s["sha256"]) for s in again["shards"]] == table
-    for name in ("state.json", "dataset_info.json"):
+    for name in ("state.json", "dataset_info.json", "README.md"):
         assert (resumed / name).read_bytes() == (out / name).read_bytes(), name
     assert len(datasets.load_from_disk(str(resumed))) == manifest["totals"]["instances"]
 
@@ -256,7 +306,7 @@ def test_the_run_files_are_built_from_the_manifest_alone(runs):
 
     out, manifest = runs["hf"]
     files = run_files(manifest)
-    assert sorted(files) == ["dataset_info.json", "state.json"]
+    assert sorted(files) == ["README.md", "dataset_info.json", "state.json"]
     for name, data in files.items():
         assert (out / name).read_bytes() == data
     state = json.loads(files["state.json"])

@@ -108,6 +108,12 @@ def output_format_for_file(path: str) -> OutputFormat | None:
 
 def run_files(manifest: dict) -> dict[str, bytes]:
     """The files a finished run holds beside its shards and ``manifest.json`` (relative path ->
-    bytes), from its manifest alone: those of its format (:attr:`OutputFormat.run_files`)."""
+    bytes), from its manifest alone: its dataset card (:mod:`mlm_pipeline.formats.card`), then
+    those of its format (:attr:`OutputFormat.run_files`)."""
+    from mlm_pipeline.formats.card import CARD_FILE, dataset_card
+
     output_format = get_output_format(manifest["format"])
-    return dict(output_format.run_files(manifest)) if output_format.run_files is not None else {}
+    files = {CARD_FILE: dataset_card(manifest, output_format.extension)}
+    if output_format.run_files is not None:
+        files.update(output_format.run_files(manifest))
+    return files
