@@ -86,6 +86,7 @@ PREPARE_VARIANTS = {
     "pq-d1": {"format": "parquet", "dupe_factor": 1},
     "tf-d5": {"format": "tfrecord", "dupe_factor": 5},
     "pq-d5": {"format": "parquet", "dupe_factor": 5},
+    "hfds-d1": {"format": "hf", "dupe_factor": 1},  # HF datasets (--format hf); "hf" is the HF tokenizer's baseline
     "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
     "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
     "packed": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed"},
@@ -96,7 +97,7 @@ PREPARE_VARIANTS = {
     "tf-d1-w2": {"format": "tfrecord", "dupe_factor": 1, "workers": 2},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
+DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,hfds-d1,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 
@@ -104,6 +105,7 @@ SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
 COMPARISONS = [
     ("pq-d1", "tf-d1", "Parquet / TFRecord speed (dupe 1)"),
     ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
+    ("hfds-d1", "pq-d1", "HF datasets (--format hf) / Parquet speed (dupe 1)"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
     ("tf-d1-x2", "tf-d1", "2 one-worker runs on the halves at once / 1 on all: what 2 processes get, with no pool"),
