@@ -316,3 +316,42 @@ def test_the_run_files_are_built_from_the_manifest_alone(runs):
     digest = hashlib.sha256("".join(s["sha256"] for s in manifest["shards"]).encode()).hexdigest()[:16]
     assert state["_fingerprint"] == digest
     assert run_files({**manifest, "created": "another time"}) == files
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_gives_the_uninterrupted_run(tmp_path):
+    """prepare --format hf killed with SIGKILL after some tasks, run again: the same shards and
+    run files as a run never stopped, and every shard visible at the kill whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["prepare", str(WIKITEXT), "--tokenizer", str(VOCAB), "--format", "hf", "--split-size", "60KiB",
+            "--dupe-factor", "3", "--workers", "1", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    ref = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *args, "-o", str(tmp_path / "ref")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "mlm_pipeline.cli", *args, "-o", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((out / "_tasks").glob("*.json"))) < 3:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reference = json.loads((tmp_path / "ref" / "manifest.json").read_text())
+    assert 3 <= len(list((out / "_tasks").glob("*.json"))) < reference["tasks"], "the kill landed outside the run"
+    assert not (out / "manifest.json").exists() and not (out / "state.json").exists()
+    for shard in (out / "shards").glob("*.arrow"):
+        read_hf(str(shard))  # committed shards are whole
+    resumed = subprocess.run([sys.executable, "-m", "mlm_pipeline.cli", *args, "-o", str(out)], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(s["path"], s["sha256"]) for s in manifest["shards"]] == [(s["path"], s["sha256"]) for s in reference["shards"]]
+    for name in ("state.json", "dataset_info.json", "README.md"):
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    assert len(datasets.load_from_disk(str(out))) == reference["totals"]["instances"]
