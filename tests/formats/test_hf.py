@@ -355,3 +355,22 @@ def test_kill_9_then_resume_gives_the_uninterrupted_run(tmp_path):
     for name in ("state.json", "dataset_info.json", "README.md"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
     assert len(datasets.load_from_disk(str(out))) == reference["totals"]["instances"]
+
+
+def test_the_card_of_electra_s_output_files_names_them_and_sizes_follow_the_hub_s_categories():
+    import yaml
+
+    from mlm_pipeline.formats.card import dataset_card, size_category
+
+    manifest = {"format": "tfrecord", "objective": "electra", "masking": "none", "version": "0",
+                "shards": [{"path": f"pretrain_tfrecords/pretrain_data.tfrecord-{i}-of-2", "instances": 600}
+                           for i in range(2)],
+                "inputs": [{"path": f"/data/corpus/part-{i}.txt", "bytes": 10} for i in range(25)]}
+    text = dataset_card(manifest, ".tfrecord").decode()
+    header = yaml.safe_load(text.split("---\n")[1])
+    assert header["configs"][0]["data_files"] == [{"split": "train", "path": "pretrain_tfrecords/pretrain_data.tfrecord-*"}]
+    assert header["size_categories"] == ["1K<n<10K"] and "1,200 training instances" in text
+    assert "- `part-19.txt`" in text and "part-20.txt" not in text and "… and 5 more" in text and "/data/" not in text
+    assert "(no masks stored: the training loader masks)" in text
+    assert [size_category(n) for n in (0, 999, 1000, 10**6, 10**12 - 1, 10**12)] == [
+        "n<1K", "n<1K", "1K<n<10K", "1M<n<10M", "100B<n<1T", "n>1T"]
