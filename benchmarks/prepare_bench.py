@@ -95,6 +95,7 @@ PREPARE_VARIANTS = {
     "mds-d1": {"format": "mds", "dupe_factor": 1},
     "tf-d5": {"format": "tfrecord", "dupe_factor": 5},
     "pq-d5": {"format": "parquet", "dupe_factor": 5},
+    "hfds-d1": {"format": "hf", "dupe_factor": 1},  # HF datasets (--format hf); "hf" is the HF tokenizer's baseline
     "tf-d1-wwm": {"format": "tfrecord", "dupe_factor": 1, "do_whole_word_mask": True},
     "pq-d1-wwm": {"format": "parquet", "dupe_factor": 1, "do_whole_word_mask": True},
     "packed": {"format": "tfrecord", "dupe_factor": 1, "objective": "packed"},
@@ -110,8 +111,8 @@ PREPARE_VARIANTS = {
     "megatron-docs": {"format": "megatron", "objective": "documents"},
 }
 ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
-DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,mds-d1,tf-d5,pq-d5,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,ref-d1,"
-                    "sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf")
+DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,mds-d1,tf-d5,pq-d5,hfds-d1,tf-d1-wwm,packed,packed-doc,packed-bf,tokens,"
+                    "ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf")
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1", "packed")  # what --zh-input runs (those in --variants)
 
@@ -120,6 +121,7 @@ COMPARISONS = [
     ("pq-d1", "tf-d1", "Parquet / TFRecord speed (dupe 1)"),
     ("pq-d5", "tf-d5", "Parquet / TFRecord speed (dupe 5)"),
     ("mds-d1", "pq-d1", "MDS / Parquet speed (dupe 1): at least 0.91 keeps MDS within 10% of Parquet's cost"),
+    ("hfds-d1", "pq-d1", "HF datasets (--format hf) / Parquet speed (dupe 1)"),
     ("tf-d1-wwm", "tf-d1", "whole-word / token masking speed"),
     ("tf-d1-w2", "tf-d1", "--workers 2 / --workers 1 speed"),
     ("megatron", "pq-tokens", "Megatron .bin/.idx (sentences) / Parquet (tokens, unmasked) speed"),

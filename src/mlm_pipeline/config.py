@@ -284,10 +284,9 @@ class PrepareConfig(BaseModel):
         True, "instances", "packed: rows may span documents (FULL-SENTENCES); off: never (DOC-SENTENCES).")
 
     format: OutputFormatName = setting(
-        "tfrecord", "output", "tfrecord: tf.train.Examples for BERT's run_pretraining.py. "
-        "parquet: the same, unpadded. mds: mosaicml-streaming's (Composer). megatron: .bin/.idx of tokens, "
-        "not instances.",
-        choices=_output_format_choices)
+        "tfrecord", "output", "tfrecord: for BERT's run_pretraining.py. parquet: the same columns, "
+        "unpadded, zstd. mds: mosaicml-streaming's (Composer). hf: for datasets.load_from_disk. "
+        "megatron: .bin/.idx of tokens, not instances.", choices=_output_format_choices)
     mds_compression: Literal["none", "zstd"] = setting(
         "none", "output", "zstd: compressed MDS shards (not for NoStreamingDataset).")
     split_bytes: SizeOrAuto = setting(

@@ -30,7 +30,7 @@ def read_shard(url: str, fmt: str | None = None) -> InstanceBatch:
 
 
 def _known() -> str:
-    return ", ".join(f".{name}" for name in output_format_names())
+    return ", ".join(get_output_format(name).extension for name in output_format_names())
 
 
 def _format_of_file(url: str) -> OutputFormat:

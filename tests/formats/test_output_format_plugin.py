@@ -144,11 +144,13 @@ def test_prepare_writes_a_format_registered_here_and_inspect_and_the_loader_read
 
 def test_a_format_is_known_only_while_registered(tmp_path):
     settings = {"inputs": [str(SAMPLE_TEXT)], "output": str(tmp_path / "o"), "tokenizer": str(VOCAB)}
-    with pytest.raises(ConfigError, match="format: .*unknown output format 'jsonl'; known: tfrecord, parquet, mds, megatron"):
+    with pytest.raises(ConfigError, match="format: .*unknown output format 'jsonl'; known: tfrecord, parquet"):
         build_config({**settings, "format": "jsonl"})
+    built_in = output_format_names()
+    assert built_in[:2] == ("tfrecord", "parquet") and "jsonl" not in built_in
     register_output_format(JSON_LINES)
     try:
-        assert output_format_names() == ("tfrecord", "parquet", "mds", "megatron", "jsonl")
+        assert output_format_names() == (*built_in, "jsonl")
         assert build_config({**settings, "format": "jsonl"}).format == "jsonl"
         assert get_output_format("jsonl") is JSON_LINES
         with pytest.raises(ValueError, match="'jsonl' is already registered"):
@@ -157,8 +159,8 @@ def test_a_format_is_known_only_while_registered(tmp_path):
             register_output_format(OutputFormat(name="tfrecord", open_writer=JsonLinesWriter, read_shard=read_json_lines))
     finally:
         unregister_output_format("jsonl")
-    assert output_format_names() == ("tfrecord", "parquet", "mds", "megatron")
-    with pytest.raises(ConfigError, match=r"^unknown output format 'jsonl'; known formats: tfrecord, parquet, mds, megatron$"):
+    assert output_format_names() == built_in
+    with pytest.raises(ConfigError, match=rf"^unknown output format 'jsonl'; known formats: {', '.join(built_in)}$"):
         get_output_format("jsonl")
 
 
@@ -205,7 +207,7 @@ def test_readers_come_from_the_recorded_format_not_the_file_name(json_lines, tmp
     assert output_format_for_file(str(lone)) is json_lines
     _assert_same(read_shard(str(lone)), batch)
     (tmp_path / "lone.bin").write_bytes(lone.read_bytes())
-    with pytest.raises(InspectError, match=r"lone.bin: not a shard of a known output format \(\.tfrecord, \.parquet, \.mds, \.megatron, \.jsonl\)"):
+    with pytest.raises(InspectError, match=r"lone.bin: not a shard of a known output format \(\.tfrecord, \.parquet, .*\.jsonl\)"):
         list(inspect_lines(str(tmp_path / "lone.bin"), n=1, tokenizer=None, do_lower_case=None, as_json=True))
 
 

@@ -13,6 +13,8 @@ Built-in formats are imported on first use (Parquet pulls in pyarrow, ~0.4 s per
 - ``mds`` (:mod:`mlm_pipeline.formats.mds`): mosaicml-streaming's MDS shards and ``index.json``.
 - ``megatron`` (:mod:`mlm_pipeline.formats.megatron`): Megatron-LM's ``.bin``/``.idx`` of tokenized
   documents (its shard files end in ``.bin``, with the ``.idx`` beside them).
+- ``hf`` (:mod:`mlm_pipeline.formats.hf`): a Hugging Face ``datasets`` dataset (``.arrow``
+  shards and the ``state.json`` of ``save_to_disk``), with the columns its models take.
 
 A new format is one module defining an :class:`OutputFormat`, plus one line in ``_BUILT_IN``; or,
 from the outside, one :func:`register_output_format` call. A registration lives in the process
@@ -48,6 +50,7 @@ _BUILT_IN: dict[str, str] = {
     "parquet": "mlm_pipeline.formats.parquet",
     "mds": "mlm_pipeline.formats.mds",
     "megatron": "mlm_pipeline.formats.megatron",
+    "hf": "mlm_pipeline.formats.hf",
 }
 _REGISTERED: dict[str, OutputFormat] = {}
 
@@ -102,13 +105,20 @@ def output_format_for_file(path: str) -> OutputFormat | None:
     there is one.
     """
     for name in output_format_names():
-        if re.search(rf"\.{re.escape(name)}(-\d+-of-\d+)?$", path):
-            return get_output_format(name)
+        found = get_output_format(name)
+        if re.search(rf"{re.escape(found.extension)}(-\d+-of-\d+)?$", path):
+            return found
     return None
 
 
 def run_files(manifest: dict) -> dict[str, bytes]:
     """The files a finished run holds beside its shards and ``manifest.json`` (relative path ->
-    bytes), from its manifest alone: those of its format (:attr:`OutputFormat.run_files`)."""
+    bytes), from its manifest alone: its dataset card (:mod:`mlm_pipeline.formats.card`), then
+    those of its format (:attr:`OutputFormat.run_files`)."""
+    from mlm_pipeline.formats.card import CARD_FILE, dataset_card
+
     output_format = get_output_format(manifest["format"])
-    return dict(output_format.run_files(manifest)) if output_format.run_files is not None else {}
+    files = {CARD_FILE: dataset_card(manifest, output_format.extension)}
+    if output_format.run_files is not None:
+        files.update(output_format.run_files(manifest))
+    return files

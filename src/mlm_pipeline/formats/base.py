@@ -86,14 +86,15 @@ class OutputFormat:
     """An output format: its name, its writer and its readers.
 
     Attributes:
-        name: the manifest's ``format`` value and the shard files' extension (``part-….NAME``):
-            lowercase letters, digits and ``_``.
+        name: the manifest's ``format`` value and, unless ``suffix`` says otherwise, the shard
+            files' extension (``part-….NAME``): lowercase letters, digits and ``_``.
         open_writer: ``open_writer(f, *, max_seq_length, max_predictions, vocab_size, **_) ->
             ShardWriter`` for an open binary file ``f`` (the limits are those of the run, and
-            ``vocab_size`` its tokenizer's, ``None`` when unknown; a format may ignore them, and
-            takes ``**_`` for settings added later). The shard sink also passes ``task_id`` and
-            ``first_row`` (the task's instances in its earlier shards, for formats that number
-            rows), ``objective`` and ``mds_compression``.
+            ``vocab_size`` its tokenizer's, ``None`` when unknown; ``masking`` its ``static`` or
+            ``none``, ``None`` when unknown; a format may ignore them, and takes ``**_`` for
+            settings added later). The shard sink also passes ``task_id`` and ``first_row`` (the
+            task's instances in its earlier shards, for formats that number rows), ``objective``
+            and ``mds_compression``.
             ``max_predictions`` 0 means the run's instances carry no masks and no NSP labels and
             the layout has no masked-LM slots (ELECTRA's): TFRecord then writes only
             ``input_ids``, ``input_mask`` and ``segment_ids``.
@@ -110,7 +111,9 @@ class OutputFormat:
             manifest alone, never from its ``created`` time, so that every finisher of a run
             writes the same bytes. They are written before ``manifest.json``: a reader that
             finds the manifest finds them too. ``None``: the shards are all there is.
-        suffix: the shard files' extension when it is not ``.NAME`` (Megatron's ``.bin``).
+        suffix: the shard files' extension, without its dot, where another library's readers
+            know the files by one other than the name (``hf``'s shards are ``.arrow``, which
+            ``datasets`` reads as Arrow; Megatron's ``.bin``); ``None``: the name.
         companions: extensions of files each shard has beside it (Megatron's ``.idx``), named as
             the shard with the extension replaced. The writer's ``close()`` returns their bytes
             (``{extension: bytes}``); the sink commits them before the shard, so a shard that
@@ -133,6 +136,9 @@ class OutputFormat:
                 f"an output format's name is its shard files' extension: lowercase letters, digits and _ "
                 f"starting with a letter, got {self.name!r}"
             )
+        if self.suffix is not None and not (isinstance(self.suffix, str) and _NAME.fullmatch(self.suffix)):
+            raise ValueError(f"output format {self.name!r}: suffix is the shard files' extension without its dot: "
+                             f"lowercase letters, digits and _ starting with a letter, got {self.suffix!r}")
         for field in ("open_writer", "read_shard"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable")
@@ -147,7 +153,7 @@ class OutputFormat:
     @property
     def extension(self) -> str:
         """The shard files' extension, with its dot."""
-        return self.suffix or f".{self.name}"
+        return f".{self.suffix or self.name}"
 
     def read(self, url: str) -> InstanceBatch:
         """The whole shard at ``url``; an error reading it names the shard (:func:`named`)."""

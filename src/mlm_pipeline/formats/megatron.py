@@ -190,4 +190,4 @@ def data_args(manifest: dict) -> dict[str, bytes]:
 
 
 FORMAT = OutputFormat(name="megatron", open_writer=MegatronShardWriter, read_shard=read_megatron,
-                      read_layout=read_layout, run_files=data_args, suffix=".bin", companions=(".idx",))
+                      read_layout=read_layout, run_files=data_args, suffix="bin", companions=(".idx",))

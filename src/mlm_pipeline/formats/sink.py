@@ -233,13 +233,14 @@ class ShardSink:
         max_predictions: int,
         vocab_size: int | None = None,
         writer_options: dict | None = None,
+        masking: str | None = None,
     ):
         self.output = output
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.limit = max_instances_per_shard
         self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
-                            "vocab_size": vocab_size, **(writer_options or {})}
+                            "vocab_size": vocab_size, "masking": masking, **(writer_options or {})}
         self.tmp_dir = tmp_dir_for(output)
         self.shards: list[dict] = []
         self._writer = None
@@ -370,6 +371,7 @@ class OutFilesSink:
         max_seq_length: int,
         max_predictions: int,
         vocab_size: int | None = None,
+        masking: str | None = None,
     ):
         if num_out_files < task_count:
             raise ConfigError(
@@ -380,7 +382,7 @@ class OutFilesSink:
         self.task_id = task_id
         self.format = fmt if isinstance(fmt, OutputFormat) else get_output_format(fmt)
         self.writer_args = {"max_seq_length": max_seq_length, "max_predictions": max_predictions,
-                            "vocab_size": vocab_size}
+                            "vocab_size": vocab_size, "masking": masking}
         self.indices = list(range(task_index, num_out_files, task_count))
         self.names = [layout.out_file_name(i, num_out_files) for i in self.indices]
         tmp = tmp_dir_for(output)
@@ -429,15 +431,17 @@ class OutFilesSink:
 def open_sink(config, task_id: str, *, task_index: int, task_count: int, max_predictions: int,
               vocab_size: int | None = None):
     """The sink a run's settings ask for: ELECTRA's output files with ``num_out_files``, else shards.
-    ``vocab_size``: the tokenizer's, for formats whose id type follows it."""
+    ``vocab_size``: the tokenizer's, for formats whose id type follows it; the writers are also
+    told the run's ``masking``, for formats whose columns follow it."""
     if config.num_out_files is not None:
         return OutFilesSink(
             config.output, task_id, fmt=config.format, task_index=task_index, task_count=task_count,
             num_out_files=config.num_out_files, max_seq_length=config.max_seq_length,
-            max_predictions=max_predictions, vocab_size=vocab_size,
+            max_predictions=max_predictions, vocab_size=vocab_size, masking=config.masking,
         )
     return ShardSink(
         config.output, task_id, fmt=config.format, max_instances_per_shard=config.max_instances_per_shard,
         max_seq_length=config.max_seq_length, max_predictions=max_predictions, vocab_size=vocab_size,
         writer_options={"mds_compression": config.mds_compression, "objective": config.objective},
+        masking=config.masking,
     )

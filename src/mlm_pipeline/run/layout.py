@@ -7,8 +7,8 @@
     OUTPUT/_tasks/TASK.json          a task's completion marker: its shards and stats (written last)
     OUTPUT/_leases/TASK.json         claim mode: which worker holds a task, until when
     OUTPUT/_tmp/TASK-RANDOM.partial  a shard being written (local outputs; cleared when a run starts and ends)
-    OUTPUT/shards/part-TASK-NNNNN.FORMAT   committed shards (the format's name is the extension,
-                                     unless it has its own: megatron's .bin, with its .idx beside it)
+    OUTPUT/shards/part-TASK-NNNNN.EXT   committed shards (EXT: the format's extension, mostly its
+                                     name; megatron's .bin has its .idx beside it)
     OUTPUT/pretrain_tfrecords/pretrain_data.tfrecord-I-of-N
                                      with --num-out-files: ELECTRA's output files instead of shards,
                                      where its pretraining glob (DATA_DIR/pretrain_tfrecords/
@@ -105,8 +105,20 @@ def shards_url(output: str) -> str:
 
 
 def shard_name(task_id: str, k: int, fmt: str) -> str:
-    """The file name of a task's ``k``-th shard; each output format's name is also its extension."""
+    """The file name of a task's ``k``-th shard; ``fmt``: its format's extension, without the dot
+    (:attr:`~mlm_pipeline.formats.OutputFormat.extension`)."""
     return f"{SHARD_PREFIX}{task_id}-{k:05d}.{fmt}"
+
+
+def shard_glob(extension: str) -> str:
+    """A glob, relative to the output, of every committed shard with ``extension`` (its dot
+    included) and nothing else there (a dataset card's ``data_files``)."""
+    return f"{SHARDS_DIR}/{SHARD_PREFIX}*{extension}"
+
+
+def out_files_glob() -> str:
+    """A glob, relative to the output, of every ELECTRA-named output file."""
+    return f"{OUT_FILES_DIR}/{OUT_FILE_PREFIX}-*"
 
 
 def shard_path(name: str) -> str:
@@ -212,5 +224,5 @@ __all__ = [
     "SHARD_PREFIX", "TASKS_DIR", "TMP_DIR", "lease_url", "leases_url", "lock_path", "manifest_url", "marker_url", "out_file_name", "out_file_path", "out_files_url", "plan_url", "run_url",
     "LANGUAGE_COUNTS_DIR", "language_counts_url",
     "LAYOUT_NAMES", "companion_name", "shard_files", "refuse_a_file", "refuse_links", "shard_dir_urls", "shard_url",
-    "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
+    "out_files_glob", "shard_glob", "shard_name", "shard_path", "shards_url", "task_id_of", "tasks_url", "tmp_dir", "tmp_shard_name",
 ]

@@ -1,0 +1,77 @@
+"""The curation recipe of docs/inputs.md, run as written: a real datatrove pipeline (reader, filter,
+exact dedup, JSONL and Parquet writers) on the bundled WikiText, then ``prepare`` on what it
+wrote. The figures the page gives are checked, and the two writers' outputs give the same shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("datatrove")
+pytest.importorskip("orjson")  # (datatrove's JSONL reader needs it)
+
+PAGE = REPO / "docs" / "inputs.md"
+
+
+def _recipe() -> tuple[str, list[str]]:
+    """The recipe's Python block and the arguments of the ``mlm-pipeline`` command after it."""
+    text = PAGE.read_text(encoding="utf-8")
+    after = text[text.index("<!-- recipe: datatrove"):]
+    python = re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    command = re.search(r"```bash\n(.*?)```", after, re.S).group(1).strip()
+    argv = shlex.split(command)
+    assert argv[:2] == ["mlm-pipeline", "prepare"], command
+    return python, argv[1:]
+
+
+def _expected_documents() -> int:
+    """What the recipe should keep, counted without datatrove: articles of 2,000 characters or
+    more, each text once."""
+    text = (REPO / "sample" / "wikitext2-train-1MB.txt").read_text(encoding="utf-8")
+    articles = [a.strip() for a in re.split(r"\n(?= = [^=].* = \n)", text) if a.strip()]
+    return len({a for a in articles if len(a) >= 2000})
+
+
+def test_the_datatrove_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    python, args = _recipe()
+    (tmp_path / "sample").symlink_to(REPO / "sample")
+    (tmp_path / "recipe.py").write_text(python, encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "recipe.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "crawl.jsonl").read_text().splitlines()]
+    assert len(records) == 69  # as the page says: 64 articles, the first 5 twice
+    assert sorted(p.name for p in (tmp_path / "curated").iterdir()) == ["00000.jsonl.gz"]
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # the command's paths are relative, as a user types them
+    try:
+        result = CliRunner().invoke(app, [*args, "--workers", "1", "--no-progress"])
+        assert result.exit_code == 0, result.output
+        out = tmp_path / args[args.index("-o") + 1]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["totals"]["documents_read"] == _expected_documents() == 61  # 3 stubs, 5 repeats gone
+        assert manifest["totals"]["documents_skipped"] == {} and manifest["format"] == "hf"
+        assert [i["path"].rsplit("/", 1)[-1] for i in manifest["inputs"]] == ["00000.jsonl.gz"]
+
+        parquet_args = [a.replace("curated/", "curated-parquet/").replace("curated-out/", "curated-parquet-out/")
+                        for a in args]
+        result = CliRunner().invoke(app, [*parquet_args, "--workers", "1", "--no-progress"])
+        assert result.exit_code == 0, result.output
+    finally:
+        os.chdir(cwd)
+    from_parquet = json.loads((tmp_path / "curated-parquet-out" / "manifest.json").read_text())
+    assert [s["sha256"] for s in from_parquet["shards"]] == [s["sha256"] for s in manifest["shards"]]
