@@ -55,8 +55,8 @@ def test_inspect_names_the_file_and_what_it_expected(prepared, tmp_path):
     cases = {}
     (tmp_path / "plain").mkdir()
     cases[tmp_path / "plain"] = ["plain: a directory without manifest.json or _run.json",
-                                 "expected a prepared output directory or a shard file (.tfrecord, .parquet, .arrow"]
-    cases[SAMPLE_TEXT] = ["sample_text.txt: not a shard of a known output format (.tfrecord, .parquet, .arrow",
+                                 "expected a prepared output directory or a shard file (.tfrecord, .parquet, .mds, .bin, .arrow)"]
+    cases[SAMPLE_TEXT] = ["sample_text.txt: not a shard of a known output format (.tfrecord, .parquet, .mds, .bin, .arrow)",
                           "expected a shard file written by mlm-pipeline prepare, or its output directory"]
     for name in ("manifest.json", "_run.json"):
         cases[prepared / name] = [f"{prepared / name}: a file of the prepared output {prepared}, not a shard",

@@ -206,9 +206,9 @@ def test_readers_come_from_the_recorded_format_not_the_file_name(json_lines, tmp
         writer.close()
     assert output_format_for_file(str(lone)) is json_lines
     _assert_same(read_shard(str(lone)), batch)
-    (tmp_path / "lone.bin").write_bytes(lone.read_bytes())
-    with pytest.raises(InspectError, match=r"lone.bin: not a shard of a known output format \(\.tfrecord, \.parquet, .*\.jsonl\)"):
-        list(inspect_lines(str(tmp_path / "lone.bin"), n=1, tokenizer=None, do_lower_case=None, as_json=True))
+    (tmp_path / "lone.dat").write_bytes(lone.read_bytes())
+    with pytest.raises(InspectError, match=r"lone.dat: not a shard of a known output format \(\.tfrecord, \.parquet, .*\.jsonl\)"):
+        list(inspect_lines(str(tmp_path / "lone.dat"), n=1, tokenizer=None, do_lower_case=None, as_json=True))
 
 
 def _line_index(manifest: dict) -> dict[str, bytes]:

@@ -145,8 +145,8 @@ class OutputFormat:
         for field in ("open_rows", "read_layout", "run_files"):
             if getattr(self, field) is not None and not callable(getattr(self, field)):
                 raise ValueError(f"output format {self.name!r}: {field} must be callable or None")
-        for extension in (self.suffix, *self.companions):
-            if extension is not None and not re.fullmatch(r"\.[a-z0-9_]+", extension):
+        for extension in self.companions:
+            if not re.fullmatch(r"\.[a-z0-9_]+", extension):
                 raise ValueError(f"output format {self.name!r}: an extension is a dot and lowercase letters, digits "
                                  f"or _, got {extension!r}")
 
