@@ -38,7 +38,7 @@ from mlm_pipeline.tokenize.google_rules import (
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
-from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference
+from mlm_pipeline.tokenize.selfcheck import first_difference, first_failure, probes_for
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -331,7 +331,7 @@ class TextTokenizer:
         self.unk_id: int | None = ids.get("unk")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.special_id_array = np.array(sorted(set(ids.values())), dtype=np.int32)
-        self.checked = CheckedEncoder(tok, backend)
+        self.checked = CheckedEncoder(tok, backend, model_type=self.model_type)
 
     def _init_sentencepiece(self, path: str, model: spm.SpmModel, do_lower_case: bool, flavor: str,
                             backend: str) -> None:
@@ -366,7 +366,8 @@ class TextTokenizer:
                         model.vocab_size - len(model.appended),
                         ", ".join(str(model.vocab_size - len(model.appended) + i) for i in range(len(model.appended))),
                         model.vocab_size)
-        self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model))
+        self.checked = CheckedEncoder(tok, backend, reference=SentencePieceEncoder.from_model(model),
+                                      model_type=self.model_type)
 
     @functools.cached_property
     def is_continuation(self) -> np.ndarray:
@@ -482,14 +483,16 @@ class CheckedEncoder:
     (``reference``), with HF's conversion of the model (``tok``, None where there is none) a
     candidate like any other.
 
-    At construction each candidate must encode the probe set (``selfcheck.PROBES``) exactly as
-    the reference does; ``check_block`` compares it with the reference again on real input (each
-    task's first texts). On any difference the reference encodes for the rest of that task
-    (``begin_task`` starts the next one with the backend chosen at load), with a warning naming
-    the text, and ``info`` (what the task marker and the manifest record) says so.
+    At construction each candidate must encode the probes of the tokenizer's model type
+    (``selfcheck.probes_for``) exactly as the reference does; ``check_block`` compares it with
+    the reference again on real input (each task's first texts). On any difference the
+    reference encodes for the rest of that task (``begin_task`` starts the next one with the
+    backend chosen at load), with a warning naming the text, and ``info`` (what the task marker
+    and the manifest record) says so.
     """
 
-    def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None):
+    def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None,
+                 model_type: str | None = None):
         if reference is None:
             self.reference = HFEncoder(tok)
             # the checks compare with the HF tokenizer as it is (no ASCII route: their few texts
@@ -497,7 +500,9 @@ class CheckedEncoder:
             self._plain = HFEncoder(tok, ascii_route=False)
         else:
             self.reference = self._plain = reference
-        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain)
+        if model_type is None:
+            model_type = model_type_of(tok) if tok is not None else "sentencepiece"
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain, probes_for(model_type))
         if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
             self.info["reference"] = self.reference.name
         self._chosen = (self.encoder, self.info)
@@ -510,7 +515,14 @@ class CheckedEncoder:
         self.encoder, self.info = self._chosen
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return self.encoder.encode_batch(texts)
+        try:
+            return self.encoder.encode_batch(texts)
+        except Exception as exc:  # a text past the checks the backend cannot encode: the reference's turn
+            if self.encoder is self.reference:
+                raise
+            i = first_failure(texts, self.encoder)
+            self._fall_back(f"{type(exc).__name__} ({str(exc)[:200]}) on text {texts[i][:200]!r}")
+            return self.reference.encode_batch(texts)
 
     def check_block(self, texts: list[str], where: str) -> None:
         if self.encoder is self.reference or not texts:
@@ -531,9 +543,10 @@ def _label(reference) -> str:
     return "HF" if reference.name == HFEncoder.name else reference.name
 
 
-def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> tuple[object, dict]:
+def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain,
+                    probes: tuple[str, ...]) -> tuple[object, dict]:
     """The encoder to use and what to record about it (``auto``: the fastest that is exact, as
-    ``plain``, the reference as it is, encodes the probes)."""
+    ``plain``, the reference as it is, encodes ``probes``)."""
     if requested not in backend_names():
         raise ConfigError(f"unknown tokenizer backend {requested!r}; choose one of {', '.join(backend_names())}")
     reasons = {}
@@ -549,10 +562,10 @@ def _choose_backend(tok: Tokenizer | None, reference, requested: str, plain) -> 
         except Exception as exc:  # library missing, or a configuration it does not implement
             reasons[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
             continue
-        i = first_difference(list(PROBES), encoder, plain)
+        i = first_difference(list(probes), encoder, plain)
         if i is None:
             return encoder, {**_info(encoder), "requested": requested}
-        reasons[name] = f"self-check: ids differ from {_label(reference)} on probe {PROBES[i][:80]!r}"
+        reasons[name] = f"self-check: ids differ from {_label(reference)} on probe {probes[i][:80]!r}"
     info = {**_info(reference), "requested": requested}
     if reasons:
         info["fallback_reason"] = "; ".join(f"{k}: {v}" for k, v in reasons.items())

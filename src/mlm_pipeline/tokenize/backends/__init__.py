@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from mlm_pipeline.tokenize.backends.fastokens import FastokensEncoder
 from mlm_pipeline.tokenize.backends.hf import HFEncoder
 from mlm_pipeline.tokenize.backends.nanotoken import NanotokenEncoder
 from mlm_pipeline.tokenize.backends.spm import SentencePieceEncoder
@@ -27,6 +28,7 @@ def register_backend(cls) -> None:
 
 # ``auto`` tries them in this order, fastest first, up to the reference (HF, or sentencepiece
 # for a .model), which is always there
+register_backend(FastokensEncoder)
 register_backend(NanotokenEncoder)
 register_backend(SentencePieceEncoder)
 register_backend(HFEncoder)
