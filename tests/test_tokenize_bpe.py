@@ -229,3 +229,14 @@ def test_whole_word_masking_keys_off_the_word_start_marker(roberta_bpe, tmp_path
             else:
                 whole += 1
     assert whole > 1000 and partial == 0, (whole, partial)  # (token masking: 2,700 of 29,000 cut a word)
+
+
+def test_unknown_words_of_a_bpe_without_an_unknown_token_of_its_own_are_its_added_token(roberta_bpe):
+    """RoBERTa's BPE makes ``<unk>`` only where the text spells it (an added token): the words
+    the report lists are counted from the ids, and they are what HF's offsets span."""
+    tok = TextTokenizer(str(roberta_bpe))
+    assert tok._literal_unk == "<unk>"
+    lines = [s for s in _lines(WIKITEXT) if "<unk>" in s][:200] + ["a<unk>b <unk><unk>", "no unknown here"]
+    want = [text[a:b] for text, enc in zip(lines, tok.tokenizer.encode_batch(lines, add_special_tokens=False))
+            for i, (a, b) in zip(enc.ids, enc.offsets) if i == tok.unk_id]
+    assert tok.unknown_words(lines) == want and len(want) > 200

@@ -456,6 +456,8 @@ class TextTokenizer:
         unk = self.unk_id
         if unk is None or not texts:
             return []
+        if self._literal_unk is not None:  # no HF pass (on RoBERTa's BPE, 1/4 of a packed run's time)
+            return [self._literal_unk] * int(np.count_nonzero(self.encode_batch(texts)[0] == unk))
         texts = self._preprocess(texts)
         words: list[str] = []
         if self.tokenizer is not None:
@@ -465,6 +467,21 @@ class TextTokenizer:
         for text in texts:
             words.extend(w for w in text.split() if unk in self.checked.encode_batch([w])[0])
         return words
+
+    @functools.cached_property
+    def _literal_unk(self) -> str | None:
+        """The unknown token's text where only that text encodes to it, so every unknown word is
+        that text (WikiText's ``<unk>`` in RoBERTa's byte-level BPE): a BPE model without an unknown
+        token of its own (it never makes one), the token added as such, matched without
+        normalisation or stripping (HF's offsets would span exactly its text); else None."""
+        tok = self.tokenizer
+        if tok is None or not isinstance(tok.model, models.BPE) or tok.model.unk_token is not None \
+                or tok.normalizer is not None:
+            return None
+        added = tok.get_added_tokens_decoder().get(self.unk_id)
+        if added is None or added.lstrip or added.rstrip or added.single_word:
+            return None
+        return added.content
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
