@@ -14,6 +14,7 @@ runs is the closest to the undisturbed cost, as ``timeit`` reasons.
     python benchmarks/prepare_bench.py                       # 10 MB built from the bundled sample
     python benchmarks/prepare_bench.py --input path/to/wikitext2-train.txt --zh-input path/to/hongloumeng.txt \\
         --zh-vocab path/to/zh-vocab.txt --sizes 100MB --repeats 3 --out results.json
+    python benchmarks/prepare_bench.py --bpe-vocab path/to/roberta-base/tokenizer.json --bpe-size 100MB  # RoBERTa
 
 Variants (``--variants``, comma-separated):
 
@@ -25,8 +26,9 @@ Variants (``--variants``, comma-separated):
   tf-d5      TFRecord, dupe factor 5 (tokenize once, build and mask 5 times)
   pq-d5      Parquet, dupe factor 5
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
-  fast       the same lines through the fast backend on its own (``nanotoken``'s ``encode_batch``,
-             one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
+  fast       the same lines through the fast backend on its own (the one ``auto`` takes: ``nanotoken``
+             for WordPiece, ``fastokens`` for BPE; one thread): the pipeline's own tokenizer, so the
+             ratio to it is what the other stages cost
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
   tokens     ``--objective tokens`` (fixed windows, masking at load time), TFRecord
   ref-d1     ``--reference`` (create_pretraining_data.py's exact instances), TFRecord, dupe factor 1
@@ -99,6 +101,7 @@ ALL_VARIANTS = ["raw", "fast", *PREPARE_VARIANTS, "tf-d1-x2", "raw-x2", "hf"]
 DEFAULT_VARIANTS = "raw,fast,tf-d1,pq-d1,tf-d5,pq-d5,tf-d1-wwm,packed,tokens,ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf"
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1")  # what --zh-input runs
+BPE_VARIANTS = ("raw", "fast", "packed", "tokens")  # what --bpe-vocab runs
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
 COMPARISONS = [
@@ -305,25 +308,24 @@ def _child_prepare(spec: dict) -> dict:
 
 
 def _child_fast(spec: dict) -> dict:
-    """The fast backend alone (nanotoken, built from the same HF tokenizer as the pipeline builds
-    it) over the same stripped non-blank lines as ``raw``."""
-    from nanotoken import WordPieceTokenizer
+    """The fast backend alone (the one ``auto`` takes for the tokenizer: nanotoken for WordPiece,
+    fastokens for BPE; built from the same HF tokenizer as the pipeline builds it, on one thread)
+    over the same stripped non-blank lines as ``raw``."""
+    from mlm_pipeline.tokenize import BACKENDS, load_tokenizer
 
-    from mlm_pipeline.tokenize import load_tokenizer
-    from mlm_pipeline.tokenize.backends.nanotoken import cap_cache
-
-    cap_cache()  # the word cache's size, as the pipeline sets it
-
+    name = load_tokenizer(spec["vocab"]).encoder.name  # (not timed: which backend auto takes)
+    if name == "hf":
+        raise SystemExit(f"no fast backend encodes {spec['vocab']}")
+    load_tokenizer.cache_clear()
     batch_lines = spec["batch_lines"]
     cpu = _cpu_seconds()
     started = time.perf_counter()
-    tok = WordPieceTokenizer.from_json(load_tokenizer(spec["vocab"], backend="hf").tokenizer.to_str())
+    backend = BACKENDS[name](load_tokenizer(spec["vocab"], backend="hf").tokenizer)
     tokens = lines = 0
     batch: list[str] = []
 
     def encode(texts: list[str]) -> int:
-        ids, _ = tok.encode_batch(texts, add_special_tokens=False, parallel=False)
-        return len(ids)
+        return len(backend.encode_batch(texts)[0])
 
     with open(spec["input"], "rb") as f:
         for raw in f:
@@ -814,6 +816,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a second, non-ASCII corpus (e.g. a Chinese novel): raw, fast and tf-d1 on it, --repeats rounds")
     p.add_argument("--zh-vocab", type=Path, default=None, help="the tokenizer for --zh-input (default: --vocab)")
     p.add_argument("--zh-size", type=parse_size, default=parse_size("10MB"), help="size --zh-input is repeated to")
+    p.add_argument("--bpe-vocab", type=Path, default=None,
+                   help="a byte-level BPE tokenizer (RoBERTa's tokenizer.json): raw, fast, packed and tokens with it "
+                        "on --input repeated to --bpe-size, --repeats rounds")
+    p.add_argument("--bpe-size", type=parse_size, default=parse_size("10MB"), help="size of the --bpe-vocab case's input")
     p.add_argument("--startup-repeats", type=int, default=3,
                    help="runs of the command line on a tiny input, --workers 1 and 2 (0 to skip)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a new temp dir, removed)")
@@ -923,6 +929,24 @@ def main(argv: list[str] | None = None) -> int:
             summary = summarize(rounds, size)
             result["second_corpus"] = {"source": args.zh_input.name, "bytes": size, "rounds": rounds, **summary}
             print_summary(f"second corpus {args.zh_input.name} ({size:,} bytes), {args.repeats} round(s), medians",
+                          summary)
+            remove_input(inp)
+        if args.bpe_vocab is not None:
+            these = [v for v in BPE_VARIANTS if v in variants]
+            inp = build_input(args.input, args.bpe_size, work / "input-bpe.txt")
+            size = inp.stat().st_size
+            rounds = []
+            for r in range(args.repeats):
+                rnd = {}
+                for v in these[r % len(these):] + these[: r % len(these)]:
+                    rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=args.bpe_vocab), args.timeout,
+                                               pycache)
+                    print(f"  [BPE round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
+                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
+                rounds.append(rnd)
+            summary = summarize(rounds, size)
+            result["bpe"] = {"vocab": args.bpe_vocab.name, "bytes": size, "rounds": rounds, **summary}
+            print_summary(f"byte-level BPE {args.bpe_vocab.name} ({size:,} bytes), {args.repeats} round(s), medians",
                           summary)
             remove_input(inp)
         if args.startup_repeats:

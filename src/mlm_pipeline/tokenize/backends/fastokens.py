@@ -15,7 +15,6 @@ the process's first call, and fastokens then encodes on the calling thread.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -33,10 +32,16 @@ class FastokensEncoder:
         model = type(tokenizer.model).__name__
         if model != "BPE":
             raise ValueError(f"the fastokens backend encodes BPE tokenizers only, not {model}")
-        spec = json.loads(tokenizer.to_str())
-        spec["post_processor"] = None  # special tokens are the pipeline's (fastokens refuses RoBERTa's)
+        # without its post-processor: special tokens are the pipeline's (fastokens refuses RoBERTa's);
+        # unset for the moment of serialising (a JSON round trip took 3x as long: 0.09 s)
+        post_processor = tokenizer.post_processor
+        tokenizer.post_processor = None
+        try:
+            spec = tokenizer.to_str()
+        finally:
+            tokenizer.post_processor = post_processor
         os.environ[THREADS_VARIABLE] = "1"  # before the process's first call (see the module docstring)
-        self._backend = FastTokenizer.from_json_str(json.dumps(spec))
+        self._backend = FastTokenizer.from_json_str(spec)
 
     @staticmethod
     def version() -> str:
