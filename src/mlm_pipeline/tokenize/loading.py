@@ -470,18 +470,12 @@ class TextTokenizer:
 
     @functools.cached_property
     def _literal_unk(self) -> str | None:
-        """The unknown token's text where only that text encodes to it, so every unknown word is
-        that text (WikiText's ``<unk>`` in RoBERTa's byte-level BPE): a BPE model without an unknown
-        token of its own (it never makes one), the token added as such, matched without
-        normalisation or stripping (HF's offsets would span exactly its text); else None."""
+        """The unknown token's text where only that text encodes to it (a BPE model without an
+        unknown token of its own; an added token matched as it is, no normaliser), else None."""
         tok = self.tokenizer
-        if tok is None or not isinstance(tok.model, models.BPE) or tok.model.unk_token is not None \
-                or tok.normalizer is not None:
-            return None
-        added = tok.get_added_tokens_decoder().get(self.unk_id)
-        if added is None or added.lstrip or added.rstrip or added.single_word:
-            return None
-        return added.content
+        plain = tok is not None and isinstance(tok.model, models.BPE) and tok.model.unk_token is None
+        added = tok.get_added_tokens_decoder().get(self.unk_id) if plain and tok.normalizer is None else None
+        return None if added is None or added.lstrip or added.rstrip or added.single_word else added.content
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
@@ -517,8 +511,7 @@ class CheckedEncoder:
             self._plain = HFEncoder(tok, ascii_route=False)
         else:
             self.reference = self._plain = reference
-        if model_type is None:
-            model_type = model_type_of(tok) if tok is not None else "sentencepiece"
+        model_type = model_type or (model_type_of(tok) if tok is not None else "sentencepiece")
         self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain, probes_for(model_type))
         if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
             self.info["reference"] = self.reference.name

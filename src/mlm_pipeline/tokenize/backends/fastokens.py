@@ -6,8 +6,9 @@ with the post-processor removed: fastokens refuses RoBERTa's ``RobertaProcessing
 pipeline adds special tokens itself. Configurations it does not implement raise when loading,
 and the caller keeps HF. It is used for BPE models only: WordPiece has ``nanotoken``.
 
-fastokens encodes a batch on a pool of its own threads, one per core, started at the first call
-and sized from ``FASTOKENS_BPE_THREADS`` read then. The pipeline's parallelism is its worker
+fastokens encodes a batch on a pool of threads of its own, as many as the cores (the caller
+among them), started at the process's first call and sized from ``FASTOKENS_BPE_THREADS`` read
+then. The pipeline's parallelism is its worker
 processes (one core each), and the local pool decides between fork and spawn by the Python
 threads it can see, which a native pool is not; so the backend sets that variable to 1 before
 the process's first call, and fastokens then encodes on the calling thread.
