@@ -38,7 +38,7 @@ from mlm_pipeline.tokenize.google_rules import (
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
-from mlm_pipeline.tokenize.selfcheck import first_difference, first_failure, probes_for
+from mlm_pipeline.tokenize.selfcheck import PROBES, first_difference, first_failure, probes_for
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -470,8 +470,7 @@ class TextTokenizer:
 
     @functools.cached_property
     def _literal_unk(self) -> str | None:
-        """The unknown token's text where only that text encodes to it (a BPE model without an
-        unknown token of its own; an added token matched as it is, no normaliser), else None."""
+        """The unknown token's text where only it encodes to it (a BPE without an unknown token)."""
         tok = self.tokenizer
         plain = tok is not None and isinstance(tok.model, models.BPE) and tok.model.unk_token is None
         added = tok.get_added_tokens_decoder().get(self.unk_id) if plain and tok.normalizer is None else None
@@ -495,11 +494,11 @@ class CheckedEncoder:
     candidate like any other.
 
     At construction each candidate must encode the probes of the tokenizer's model type
-    (``selfcheck.probes_for``) exactly as the reference does; ``check_block`` compares it with
-    the reference again on real input (each task's first texts). On any difference the
-    reference encodes for the rest of that task (``begin_task`` starts the next one with the
-    backend chosen at load), with a warning naming the text, and ``info`` (what the task marker
-    and the manifest record) says so.
+    (``selfcheck.probes_for``; the generic ``PROBES`` against the sentencepiece library) exactly
+    as the reference does; ``check_block`` compares it with the reference again on real input (each
+    task's first texts). On any difference the reference encodes for the rest of that task
+    (``begin_task`` starts the next one with the backend chosen at load), with a warning naming
+    the text, and ``info`` (what the task marker and the manifest record) says so.
     """
 
     def __init__(self, tok: Tokenizer | None, requested: str = "auto", reference=None,
@@ -511,8 +510,10 @@ class CheckedEncoder:
             self._plain = HFEncoder(tok, ascii_route=False)
         else:
             self.reference = self._plain = reference
-        model_type = model_type or (model_type_of(tok) if tok is not None else "sentencepiece")
-        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain, probes_for(model_type))
+        # a model type's own probes are checks against HF; against the sentencepiece library its
+        # HF conversion is known to break ties otherwise (spm.py) and meets the generic set only
+        probes = PROBES if reference is not None else probes_for(model_type or (model_type_of(tok) if tok else None))
+        self.encoder, self.info = _choose_backend(tok, self.reference, requested, self._plain, probes)
         if self.reference.name != HFEncoder.name:  # what a run re-encodes with after a fallback (pipeline.py)
             self.info["reference"] = self.reference.name
         self._chosen = (self.encoder, self.info)
@@ -530,8 +531,8 @@ class CheckedEncoder:
         except Exception as exc:  # a text past the checks the backend cannot encode: the reference's turn
             if self.encoder is self.reference:
                 raise
-            i = first_failure(texts, self.encoder)
-            self._fall_back(f"{type(exc).__name__} ({str(exc)[:200]}) on text {texts[i][:200]!r}")
+            self._fall_back(f"{type(exc).__name__} ({str(exc)[:200]}) on text "
+                            f"{texts[first_failure(texts, self.encoder)][:200]!r}")
             return self.reference.encode_batch(texts)
 
     def check_block(self, texts: list[str], where: str) -> None:

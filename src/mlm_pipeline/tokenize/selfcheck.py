@@ -1,10 +1,10 @@
 """Exactness guard for fast backends: the same ids as HF on hard text, or HF is used.
 
 A backend is trusted for a run only after it encodes the probes of its tokenizer's model type
-(:func:`probes_for`: ``PROBES``, the built-in adversarial set every tokenizer gets, then that
-type's own set in ``PROBE_SETS``) exactly as HF does; each task then also compares its first
-block of real input. Any difference makes the task fall back to HF, with a warning naming the
-first differing text, and the fact goes into the task marker and the manifest.
+(:func:`probes_for`: ``PROBES``, then that type's own set in ``PROBE_SETS``) exactly as HF
+does; each task then also compares its first block of real input. Any difference makes the task
+fall back to HF, with a warning naming the first differing text, and the fact goes into the task
+marker and the manifest.
 """
 
 from __future__ import annotations
