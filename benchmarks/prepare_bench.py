@@ -14,6 +14,7 @@ runs is the closest to the undisturbed cost, as ``timeit`` reasons.
     python benchmarks/prepare_bench.py                       # 10 MB built from the bundled sample
     python benchmarks/prepare_bench.py --input path/to/wikitext2-train.txt --zh-input path/to/hongloumeng.txt \\
         --zh-vocab path/to/zh-vocab.txt --sizes 100MB --repeats 3 --out results.json
+    python benchmarks/prepare_bench.py --bpe-vocab path/to/roberta-base/tokenizer.json --bpe-size 100MB  # RoBERTa
 
 Variants (``--variants``, comma-separated):
 
@@ -27,8 +28,8 @@ Variants (``--variants``, comma-separated):
   mds-d1     the same as pq-d1, MDS output (``--format mds``); compared with pq-d1
   tf-d1-wwm  TFRecord, dupe factor 1, whole-word masking
   fast       the same lines through the fast backend on its own (the one ``auto`` picks: ``nanotoken``
-             for WordPiece, ``splintr`` for a Unigram tokenizer.json; one thread): the pipeline's own
-             tokenizer, so the ratio to it is what the other stages cost
+             for WordPiece, ``fastokens`` for byte-level BPE, ``splintr`` for a Unigram tokenizer.json;
+             one thread): the pipeline's own tokenizer, so the ratio to it is what the other stages cost
   packed     ``--objective packed`` (RoBERTa full sentences), TFRecord
   packed-doc ``--objective packed --no-cross-document`` (RoBERTa's DOC-SENTENCES), TFRecord
   packed-bf  ``--objective packed --packing best-fit`` (whole documents, least padding), TFRecord
@@ -115,6 +116,7 @@ DEFAULT_VARIANTS = ("raw,fast,tf-d1,pq-d1,mds-d1,tf-d5,pq-d5,hfds-d1,tf-d1-wwm,p
                     "ref-d1,sop-d1,sop-ref-d1,tf-d1-w2,raw-x2,hf")
 UNPINNED = ("tf-d1-w2", "tf-d1-x2", "raw-x2")  # two processes: every other measurement runs pinned to one core
 SECOND_LANGUAGE_VARIANTS = ("raw", "fast", "tf-d1", "packed")  # what --zh-input runs (those in --variants)
+BPE_VARIANTS = ("raw", "fast", "packed", "tokens")  # what --bpe-vocab runs
 
 # (variant, baseline) pairs whose ratio is reported besides "vs raw"
 COMPARISONS = [
@@ -326,11 +328,15 @@ def _child_prepare(spec: dict) -> dict:
 
 def _child_fast(spec: dict) -> dict:
     """The fast backend alone, the one the pipeline chose for the tokenizer (``nanotoken`` for
-    WordPiece, ``splintr`` for a Unigram ``tokenizer.json``...: ``load_tokenizer(...).encoder``,
-    one thread, its load and self-check timed), over the same stripped non-blank lines as
-    ``raw``."""
+    WordPiece, ``fastokens`` for byte-level BPE, ``splintr`` for a Unigram ``tokenizer.json``:
+    ``load_tokenizer(...).encoder``, one thread, its load and self-check timed), over the same
+    stripped non-blank lines as ``raw``."""
     from mlm_pipeline.tokenize import load_tokenizer
 
+    name = load_tokenizer(spec["vocab"]).encoder.name  # (not timed: which backend auto takes)
+    if name == "hf":
+        raise SystemExit(f"no fast backend encodes {spec['vocab']}")
+    load_tokenizer.cache_clear()
     batch_lines = spec["batch_lines"]
     cpu = _cpu_seconds()
     started = time.perf_counter()
@@ -831,6 +837,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a second, non-ASCII corpus (e.g. a Chinese novel): raw, fast and tf-d1 on it, --repeats rounds")
     p.add_argument("--zh-vocab", type=Path, default=None, help="the tokenizer for --zh-input (default: --vocab)")
     p.add_argument("--zh-size", type=parse_size, default=parse_size("10MB"), help="size --zh-input is repeated to")
+    p.add_argument("--bpe-vocab", type=Path, default=None,
+                   help="a byte-level BPE tokenizer (RoBERTa's tokenizer.json): raw, fast, packed and tokens with it "
+                        "on --input repeated to --bpe-size, --repeats rounds")
+    p.add_argument("--bpe-size", type=parse_size, default=parse_size("10MB"), help="size of the --bpe-vocab case's input")
     p.add_argument("--startup-repeats", type=int, default=3,
                    help="runs of the command line on a tiny input, --workers 1 and 2 (0 to skip)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a new temp dir, removed)")
@@ -940,6 +950,24 @@ def main(argv: list[str] | None = None) -> int:
             summary = summarize(rounds, size)
             result["second_corpus"] = {"source": args.zh_input.name, "bytes": size, "rounds": rounds, **summary}
             print_summary(f"second corpus {args.zh_input.name} ({size:,} bytes), {args.repeats} round(s), medians",
+                          summary)
+            remove_input(inp)
+        if args.bpe_vocab is not None:
+            these = [v for v in BPE_VARIANTS if v in variants]
+            inp = build_input(args.input, args.bpe_size, work / "input-bpe.txt")
+            size = inp.stat().st_size
+            rounds = []
+            for r in range(args.repeats):
+                rnd = {}
+                for v in these[r % len(these):] + these[: r % len(these)]:
+                    rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=args.bpe_vocab), args.timeout,
+                                               pycache)
+                    print(f"  [BPE round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
+                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
+                rounds.append(rnd)
+            summary = summarize(rounds, size)
+            result["bpe"] = {"vocab": args.bpe_vocab.name, "bytes": size, "rounds": rounds, **summary}
+            print_summary(f"byte-level BPE {args.bpe_vocab.name} ({size:,} bytes), {args.repeats} round(s), medians",
                           summary)
             remove_input(inp)
         if args.startup_repeats:

@@ -18,6 +18,7 @@ SAMPLE_TEXT = SAMPLE / "sample_text.txt"
 WIKITEXT = SAMPLE / "wikitext2-train-1MB.txt"
 WIKIEXTRACTOR = SAMPLE / "wikiextractor-AA.txt"
 GOLDEN = DATA / "golden"
+ROBERTA_BPE_GZ = DATA / "roberta-gpt2-tokenizer.json.gz"  # a RoBERTa-style byte-level BPE (see data/README.md)
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +26,16 @@ def tok():
     from mlm_pipeline.tokenize import load_tokenizer
 
     return load_tokenizer(str(VOCAB), True)
+
+
+@pytest.fixture(scope="session")
+def roberta_bpe(tmp_path_factory) -> Path:
+    """The RoBERTa-style byte-level BPE ``tokenizer.json`` (GPT-2's merges), unpacked."""
+    import gzip
+
+    path = tmp_path_factory.mktemp("roberta") / "tokenizer.json"
+    path.write_bytes(gzip.decompress(ROBERTA_BPE_GZ.read_bytes()))
+    return path
 
 
 def bert_text_documents(path: Path, limit: int | None = None) -> list[list[str]]:

@@ -153,3 +153,25 @@ def test_prepare_bench_sop_variants_smoke(tmp_path):
     assert set(variants) == {"raw", "sop-d1", "sop-ref-d1"}
     for name in ("sop-d1", "sop-ref-d1"):
         assert variants[name]["ratio_vs_raw"] > 0 and variants[name]["mb_per_s"] > 0
+
+
+def test_prepare_bench_bpe_case_smoke(tmp_path, roberta_bpe):
+    """The byte-level BPE case: raw HF, the fast backend (fastokens) and packed with RoBERTa's
+    tokenizer, reported beside each other."""
+    pytest.importorskip("fastokens")
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "prepare_bench.py"), "--sizes", "64KB", "--repeats", "1",
+         "--variants", "raw,fast,packed", "--bpe-vocab", str(roberta_bpe), "--bpe-size", "64KB", "--no-warmup",
+         "--startup-repeats", "0", "--plan-size", "0", "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "byte-level BPE tokenizer.json" in proc.stdout
+    bpe = json.loads(out.read_text())["bpe"]
+    assert set(bpe["variants"]) == {"raw", "fast", "packed"}
+    (rnd,) = bpe["rounds"]
+    assert rnd["fast"]["tokens"] == rnd["raw"]["tokens"] > 0  # the same ids, counted
+    for name in ("fast", "packed"):
+        assert bpe["variants"][name]["ratio_vs_raw"] > 0

@@ -38,8 +38,9 @@ from mlm_pipeline.tokenize.google_rules import (
 )
 from mlm_pipeline.tokenize.long_texts import encode_cut
 from mlm_pipeline.tokenize.not_a_tokenizer import WHAT_A_TOKENIZER_IS, not_a_tokenizer_json, not_a_vocab
-from mlm_pipeline.tokenize.selfcheck import PROBES, UnsupportedConfiguration, first_difference, probes_for
-from mlm_pipeline.tokenize.unknown_words import unknown_word_texts
+from mlm_pipeline.tokenize.selfcheck import (PROBES, UnsupportedConfiguration, first_difference, first_failure,
+                                             probes_for)
+from mlm_pipeline.tokenize.unknown_words import unknown_words
 
 log = logging.getLogger("mlm_pipeline")
 
@@ -458,23 +459,8 @@ class TextTokenizer:
         return None
 
     def unknown_words(self, texts: list[str]) -> list[str]:
-        """The words of ``texts`` that encode to the unknown token, one per unknown token, as
-        the tokenizer saw them (after its Python-side rules): spans of HF's offsets; without an
-        HF tokenizer (a BPE SentencePiece model), the whitespace words that encode to it. For
-        the report (which words a vocabulary lacks), not the hot path: a run asks for a sample."""
-        unk = self.unk_id
-        if unk is None or not texts:
-            return []
-        texts = self._preprocess(texts)
-        words: list[str] = []
-        if self.tokenizer is not None:
-            texts = unknown_word_texts(texts, self.checked.encode_batch, unk)
-            for text, enc in zip(texts, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
-                words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
-            return words
-        for text in texts:
-            words.extend(w for w in text.split() if unk in self.checked.encode_batch([w])[0])
-        return words
+        """The words of ``texts`` that encode to the unknown token (:func:`.unknown_words.unknown_words`)."""
+        return unknown_words(self, texts)
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
         if self.sentencepiece is not None:
@@ -526,7 +512,14 @@ class CheckedEncoder:
         self.encoder, self.info = self._chosen
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return self.encoder.encode_batch(texts)
+        try:
+            return self.encoder.encode_batch(texts)
+        except Exception as exc:  # a text past the checks the backend cannot encode: the reference's turn
+            if self.encoder is self.reference:
+                raise
+            self._fall_back(f"{type(exc).__name__} ({str(exc)[:200]}) on text "
+                            f"{texts[first_failure(texts, self.encoder)][:200]!r}")
+            return self.reference.encode_batch(texts)
 
     def check_block(self, texts: list[str], where: str) -> None:
         if self.encoder is self.reference or not texts:

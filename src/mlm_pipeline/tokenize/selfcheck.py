@@ -31,6 +31,10 @@ def _probes() -> list[str]:
         "http://example.com/path?q=1&b=2 user@example.com #hashtag @mention",
         "tab\tseparated\tvalues\tand  double  spaces", "  leading and trailing  ",
         *words, "word" * 40, " ".join(["x"] * 300),
+        # NEL (U+0085, whitespace to some rules only) and a vertical tab, digits between an added
+        # token's look-alikes, combining marks after a space, the unknown token between spaces:
+        # each caught a candidate (on RoBERTa's BPE, XLM-R's or T5's Unigram) that passed the rest
+        " \x85\x0b", "<id>666</id>", "\x85next line\x85", "\u094e \u0488", " <unk> ",
     ]
 
 
@@ -57,8 +61,31 @@ def _unigram_probes() -> list[str]:
     ]
 
 
+def _byte_level_bpe_probes() -> list[str]:
+    """Where a byte-level BPE (GPT-2's, RoBERTa's) is easy to get wrong: its split regex (a
+    space joins the letters, digits or symbols after it; a whitespace run gives all but its last
+    character a token of their own) on runs of whitespace, letters, digits and marks; added tokens
+    (RoBERTa's ``<mask>`` takes the spaces before it, ``lstrip``) at word edges and inside words;
+    texts that start with and without a space, which ``add_prefix_space`` tells apart."""
+    return [
+        "a  b", "a   b", "a \t b", "a\t\tb", "a \n\n b", "a\n \nb", "x" + " " * 9 + "y", "end   ", "   ",  # runs
+        "\n", "\n\n\n", " \n", "\r\n\r\n", "\u00a0a\u00a0 \u00a0b", "a\u2028b\u2029c", "\x1c\x1d\x1e\x1f a",
+        "\x85", "a\x85b", " \x85 ", "\x85\x85 \x85", "word\x85", "\x0b\x0c", "a \x0b b",            # NEL, VT, FF
+        "<mask>", " <mask>", "a <mask> b", "a  <mask>b", "a\n<mask>", "<mask><mask> <mask>", "x<mask>y",
+        "foo<s>bar", "un<unk>known", "a</s>b", "<pad><pad>", "<s> </s>", "<MASK> < mask> <mask >",  # added tokens
+        "Hello", " Hello", "  Hello", "\tHello", "\nHello", "hello world", ".Hello", "'s",          # prefix space
+        "don't I'M she'll we'VE you'd it's 's 'S", "a'b'c ''' '",                                   # contractions
+        "666", " 666", "6666666 66666666", "1234567890", "3.14159 -2,5 1e10", "x1y22z333",           # digits
+        "\u0663\u0664\u0665 \uff11\uff12 \u2167 \u00bd \u00b2 \U0001d7d8",
+        "caf\u00e9 CAF\u00c9 na\u00efve \u00c5ngstr\u00f6m", "cafe\u0301 \u0301\u0301 a\u0308\u0304",  # accents
+        "\u00df \u1e9e \u0130 \u0131 \ufb01 \u01c4", "\u0928\u093f \u093f\u0928 \u0e01\u0e34",
+        "\u4e2d\u6587 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4", "\U0001f600\U0001f600 \U0001f1e9\U0001f1ea",
+    ]
+
+
 PROBE_SETS: dict[str, tuple[str, ...]] = {
     "sentencepiece": tuple(_unigram_probes()),
+    "byte-level-bpe": tuple(_byte_level_bpe_probes()),
 }
 """Each model type's own probes (keys: ``loading.model_type_of``), checked after ``PROBES``."""
 
@@ -70,8 +97,13 @@ def probes_for(model_type: str | None) -> tuple[str, ...]:
 
 
 def first_difference(texts: list[str], candidate, reference) -> int | None:
-    """Index of the first text whose ids differ between two encoders, or ``None``."""
-    ids_a, lens_a = candidate.encode_batch(texts)
+    """Index of the first text whose ids differ between two encoders, or ``None``. A text the
+    candidate fails to encode at all (it raises: fastokens on a byte its vocabulary has no token
+    for, where HF gives the unknown token) differs too."""
+    try:
+        ids_a, lens_a = candidate.encode_batch(texts)
+    except Exception:  # which text: one at a time, the reference's ids compared on the way
+        return next((i for i, text in enumerate(texts) if fails_or_differs(text, candidate, reference)), 0)
     ids_b, lens_b = reference.encode_batch(texts)
     if np.array_equal(lens_a, lens_b) and np.array_equal(ids_a, ids_b):
         return None
@@ -82,6 +114,25 @@ def first_difference(texts: list[str], candidate, reference) -> int | None:
                                                          ids_b[starts[i]:starts[i + 1]]):
             return i
     return 0  # unreachable: arrays differ, so some text does
+
+
+def fails_or_differs(text: str, candidate, reference) -> bool:
+    """Whether ``candidate`` raises on ``text`` alone or gives other ids than ``reference``."""
+    try:
+        ids, _ = candidate.encode_batch([text])
+    except Exception:
+        return True
+    return not np.array_equal(ids, reference.encode_batch([text])[0])
+
+
+def first_failure(texts: list[str], encoder) -> int:
+    """Index of the first text ``encoder`` raises on alone (0 if none does: the batch failed)."""
+    for i, text in enumerate(texts):
+        try:
+            encoder.encode_batch([text])
+        except Exception:
+            return i
+    return 0
 
 
 CHECK_FRACTION = 1 / 512

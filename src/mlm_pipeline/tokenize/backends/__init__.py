@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from mlm_pipeline.tokenize.backends.fastokens import FastokensEncoder
 from mlm_pipeline.tokenize.backends.hf import HFEncoder
 from mlm_pipeline.tokenize.backends.nanotoken import NanotokenEncoder
 from mlm_pipeline.tokenize.backends.splintr import SplintrEncoder
@@ -28,6 +29,7 @@ def register_backend(cls) -> None:
 
 # ``auto`` tries them in this order, fastest first, up to the reference (HF, or sentencepiece
 # for a .model), which is always there
+register_backend(FastokensEncoder)
 register_backend(NanotokenEncoder)
 register_backend(SentencePieceEncoder)
 register_backend(SplintrEncoder)  # Unigram tokenizer.json (XLM-R, T5); after sentencepiece, the reference of a .model
