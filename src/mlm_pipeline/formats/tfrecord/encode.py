@@ -409,12 +409,32 @@ def iter_encoded_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_pred
         raise ValueError(f"max_seq_length must be >= 1, got {max_seq_length}")
     if max_predictions < 0:
         raise ValueError(f"max_predictions must be >= 0, got {max_predictions}")
-    if len(batch) == 0:
-        return iter(())
-    features = batch.padded(max_seq_length, max_predictions, compact=True, with_ids=False)
-    features["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
-    features["masked_lm_ids"] = ZeroPadded(batch.masked_lm_ids, batch.masked_offsets, max_predictions)
-    return iter_encoded_examples(features)
+    return _encoded_slices(batch, max_seq_length, max_predictions, None)
+
+
+def _encoded_slices(batch: InstanceBatch, max_seq_length: int, max_predictions: int,
+                    names: tuple[str, ...] | None) -> Iterator[np.ndarray]:
+    """The records of ``batch`` (only the features ``names``, if given), padded slice by slice."""
+    for part in _row_slices(batch, max_seq_length):
+        features = part.padded(max_seq_length, max_predictions, compact=True, with_ids=False)
+        features["input_ids"] = ZeroPadded(part.input_ids, part.offsets, max_seq_length)
+        if names is None:
+            features["masked_lm_ids"] = ZeroPadded(part.masked_lm_ids, part.masked_offsets, max_predictions)
+        else:
+            features = {name: features[name] for name in names}
+        yield from iter_encoded_examples(features)
+
+
+_PADDED_CELLS = 1 << 22
+"""Padded values a slice of rows holds at most: a block is padded slice after slice (records are
+encoded one by one, so the bytes are the same), else 7,000 short rows of a block padded to 8,192
+took 170 MB. Up to 512 columns a block of 8,192 rows is one slice, as before."""
+
+
+def _row_slices(batch: InstanceBatch, max_seq_length: int) -> Iterator[InstanceBatch]:
+    step = max(1, _PADDED_CELLS // max_seq_length)
+    for start in range(0, len(batch), step):
+        yield batch.slice(start, min(len(batch), start + step))
 
 
 def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iterator[np.ndarray]:
@@ -427,11 +447,7 @@ def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iter
         raise ValueError(f"max_seq_length must be >= 1, got {max_seq_length}")
     if batch.next_sentence_labels is not None or len(batch.masked_lm_ids):
         raise ValueError("ELECTRA's records hold no masked positions and no next-sentence labels")
-    if len(batch) == 0:
-        return iter(())
-    padded = batch.padded(max_seq_length, 0, compact=True, with_ids=False)
-    padded["input_ids"] = ZeroPadded(batch.input_ids, batch.offsets, max_seq_length)
-    return iter_encoded_examples({name: padded[name] for name in SEQUENCE_FEATURES})
+    return _encoded_slices(batch, max_seq_length, 0, tuple(SEQUENCE_FEATURES))
 
 
 def encode_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_predictions: int) -> bytes:
