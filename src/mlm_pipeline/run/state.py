@@ -56,6 +56,13 @@ characters), and ``electra``, the ``electra`` flavor (2: runs of marks ordered b
 combining classes). A run recorded under another version is not resumed, so no output mixes two."""
 
 
+SHARD_LAYOUTS = {"parquet": 2}
+"""Versions of an output format's shard layout, recorded by the runs in that format; a run recorded
+under another is not resumed, so no output holds shards of both (``parquet`` 2: ids uint16 or
+uint32 by the vocabulary size, where 1 wrote int32: a dataset reader given every shard of one
+output would meet two schemas)."""
+
+
 def _tokenizations(config: PrepareConfig, flavor: str) -> dict[str, int]:
     used = {"reference": config.reference, "electra": flavor == "electra"}
     return {name: version for name, version in TOKENIZATION.items() if used[name]}
@@ -284,6 +291,8 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan, flavor: str
     }
     if tokenizations := _tokenizations(config, flavor):
         record["tokenization"] = tokenizations
+    if config.format in SHARD_LAYOUTS:
+        record["shard_layout"] = SHARD_LAYOUTS[config.format]
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True, options=options, extents=extents)
     return record
@@ -338,6 +347,10 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         if used_too[name] and (was := existing.get("tokenization", {}).get(name, 1)) != version:
             problems.append(f"the existing run was made by a version that tokenizes otherwise ({name} tokenization "
                             f"{was}, now {version}): finish it with that version")
+    if "shard_layout" in record and old.get("format") == config.format \
+            and (was := existing.get("shard_layout", 1)) != record["shard_layout"]:
+        problems.append(f"the existing run was made by a version that lays out {config.format} shards otherwise "
+                        f"(layout {was}, now {record['shard_layout']}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
     repaired = ""
