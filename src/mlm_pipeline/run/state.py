@@ -175,6 +175,19 @@ class RunStart:
         return [t for t in self.plan.tasks if t.task_id not in self.done]
 
 
+def _warn_capped_masking(config: PrepareConfig) -> None:
+    """Google's default of 20 predictions caps the masking rate of long instances silently
+    (30% of 8,192 tokens is 2,458): say so when the default, not the user, sets the cap."""
+    wanted = round(config.max_seq_length * config.masked_lm_prob)
+    if (config.masking == "static" and "max_predictions_per_seq" not in config.model_fields_set
+            and wanted > config.max_predictions_per_seq):
+        log.warning("--masked-lm-prob %g of --max-seq-length %d is up to %d masked tokens an instance, but "
+                    "--max-predictions-per-seq is %d (the default, Google's for 128 tokens): longer instances are "
+                    "masked at less than %g; pass --max-predictions-per-seq %d for the full rate",
+                    config.masked_lm_prob, config.max_seq_length, wanted, config.max_predictions_per_seq,
+                    config.masked_lm_prob, wanted)
+
+
 def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = False) -> RunStart:
     """Plan, check or record the run in ``_run.json``, save the plan, and find completed tasks.
 
@@ -201,6 +214,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = Fals
         log.warning("%s has no effect with --masking %s: the shards hold no masks, and the loader masks them "
                     "with the objective's own masking", "--do-whole-word-mask" if scheme == "whole-word"
                     else f"--masking-scheme {scheme}", config.masking)
+    _warn_capped_masking(config)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(
