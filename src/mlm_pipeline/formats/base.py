@@ -101,6 +101,8 @@ class OutputFormat:
             manifest alone, never from its ``created`` time, so that every finisher of a run
             writes the same bytes. They are written before ``manifest.json``: a reader that
             finds the manifest finds them too. ``None``: the shards are all there is.
+        layout_version: raised when the shards' layout changes (a column's type): a run records
+            it, and one started under another version is not resumed, so no output mixes both.
     """
 
     name: str
@@ -109,6 +111,7 @@ class OutputFormat:
     open_rows: Callable[..., ShardRows] | None = None
     read_layout: Callable[[str, bool], ShardLayout] | None = None
     run_files: Callable[[dict], dict[str, bytes]] | None = None
+    layout_version: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

@@ -316,4 +316,4 @@ class ParquetRows:
 
 
 FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows,
-                      read_layout=read_layout)
+                      read_layout=read_layout, layout_version=2)  # 2: ids uint16/uint32, not int32

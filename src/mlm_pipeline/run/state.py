@@ -25,7 +25,7 @@ from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import (PrepareConfig, build_config, by_content_names, flag_for, settings_as_recorded_now,
                                  settings_of)
 from mlm_pipeline.errors import ConfigError, OutputError
-from mlm_pipeline.masking.registry import check_tokenizer
+from mlm_pipeline.masking.registry import check_tokenizer, warn_capped_rate
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
@@ -33,6 +33,7 @@ from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import refuse_a_file_as_output
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer, missing_unk_message
+from mlm_pipeline.formats import get_output_format
 from mlm_pipeline.formats.sink import clean_tmp
 from mlm_pipeline.instances import get_objective
 
@@ -54,13 +55,6 @@ the runs that use them: ``reference``, ``--reference`` (2: characters classed, l
 in NFD by Python's tables, as Google's tokenizer does, where 1 kept HF's on all but private-use
 characters), and ``electra``, the ``electra`` flavor (2: runs of marks ordered by Python's
 combining classes). A run recorded under another version is not resumed, so no output mixes two."""
-
-
-SHARD_LAYOUTS = {"parquet": 2}
-"""Versions of an output format's shard layout, recorded by the runs in that format; a run recorded
-under another is not resumed, so no output holds shards of both (``parquet`` 2: ids uint16 or
-uint32 by the vocabulary size, where 1 wrote int32: a dataset reader given every shard of one
-output would meet two schemas)."""
 
 
 def _tokenizations(config: PrepareConfig, flavor: str) -> dict[str, int]:
@@ -175,19 +169,6 @@ class RunStart:
         return [t for t in self.plan.tasks if t.task_id not in self.done]
 
 
-def _warn_capped_masking(config: PrepareConfig) -> None:
-    """Google's default of 20 predictions caps the masking rate of long instances silently
-    (30% of 8,192 tokens is 2,458): say so when the default, not the user, sets the cap."""
-    wanted = round(config.max_seq_length * config.masked_lm_prob)
-    if (config.masking == "static" and "max_predictions_per_seq" not in config.model_fields_set
-            and wanted > config.max_predictions_per_seq):
-        log.warning("--masked-lm-prob %g of --max-seq-length %d is up to %d masked tokens an instance, but "
-                    "--max-predictions-per-seq is %d (the default, Google's for 128 tokens): longer instances are "
-                    "masked at less than %g; pass --max-predictions-per-seq %d for the full rate",
-                    config.masked_lm_prob, config.max_seq_length, wanted, config.max_predictions_per_seq,
-                    config.masked_lm_prob, wanted)
-
-
 def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = False) -> RunStart:
     """Plan, check or record the run in ``_run.json``, save the plan, and find completed tasks.
 
@@ -214,7 +195,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = Fals
         log.warning("%s has no effect with --masking %s: the shards hold no masks, and the loader masks them "
                     "with the objective's own masking", "--do-whole-word-mask" if scheme == "whole-word"
                     else f"--masking-scheme {scheme}", config.masking)
-    _warn_capped_masking(config)
+    warn_capped_rate(config)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(
@@ -305,8 +286,7 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan, flavor: str
     }
     if tokenizations := _tokenizations(config, flavor):
         record["tokenization"] = tokenizations
-    if config.format in SHARD_LAYOUTS:
-        record["shard_layout"] = SHARD_LAYOUTS[config.format]
+    record["shard_layout"] = get_output_format(config.format).layout_version
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True, options=options, extents=extents)
     return record
@@ -361,8 +341,7 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         if used_too[name] and (was := existing.get("tokenization", {}).get(name, 1)) != version:
             problems.append(f"the existing run was made by a version that tokenizes otherwise ({name} tokenization "
                             f"{was}, now {version}): finish it with that version")
-    if "shard_layout" in record and old.get("format") == config.format \
-            and (was := existing.get("shard_layout", 1)) != record["shard_layout"]:
+    if old.get("format") == config.format and (was := existing.get("shard_layout", 1)) != record["shard_layout"]:
         problems.append(f"the existing run was made by a version that lays out {config.format} shards otherwise "
                         f"(layout {was}, now {record['shard_layout']}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
