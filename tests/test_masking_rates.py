@@ -104,3 +104,19 @@ def test_the_default_prediction_cap_is_named_when_it_caps_the_rate(text, tmp_pat
         run_prepare(build_config({**settings, "output": str(tmp_path / "b"), "max_predictions_per_seq": 154}),
                     show_progress=False)
     assert "max-predictions-per-seq" not in caplog.text
+
+
+@pytest.mark.torch
+def test_dynamic_masking_takes_the_rate_the_output_recorded(text, tmp_path):
+    """An unmasked output prepared with ``--masked-lm-prob 0.3`` is masked at 0.3 by its collator
+    (a phase of a schedule masks at its own rate), unless ``mlm_probability`` is given."""
+    pytest.importorskip("torch")
+    from mlm_pipeline.torch import MLMDataset
+
+    _prepare(text, tmp_path / "out", masking="none", masked_lm_prob=0.3)
+    ds = MLMDataset(str(tmp_path / "out"), shuffle=False)
+    samples = list(ds)[:256]
+    for collate, p in ((ds.collator(), 0.3), (ds.collator(mlm_probability=0.05), 0.05)):
+        batch = collate(samples)
+        counts = (batch["labels"] != -100).sum(1).numpy()
+        np.testing.assert_array_equal(counts, _budget(batch["attention_mask"].sum(1).numpy(), p))
