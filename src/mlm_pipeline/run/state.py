@@ -39,15 +39,15 @@ from mlm_pipeline.instances import get_objective
 
 log = logging.getLogger("mlm_pipeline")
 
-ALGORITHM = 6
-"""Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same
-settings and seed give the same bytes only under the same version, so a run started under another
-is not resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts
-the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere;
-4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
-so a default run's tasks end elsewhere; 5: a document longer than ``block_bytes`` is cut into parts of
-that size, not of 64 MiB; 6: a Wikipedia dump's reference sections and citation list items are
-dropped unless ``--wiki-keep-references``, so its documents are shorter)."""
+ALGORITHM = 7
+"""Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same settings and
+seed give the same bytes only under the same version, so a run started under another is not resumed (2:
+instances shuffled as they are built, before masking; 3: ``block_bytes`` counts the UTF-8 bytes of the text,
+not its characters, so blocks of non-ASCII text end elsewhere; 4: ``--split-size auto`` cuts the input in 256
+tasks of at least 4 MiB, not 32 of at least 1 MiB; 5: a document longer than ``block_bytes`` is cut into parts
+of that size, not of 64 MiB; 6: a Wikipedia dump's reference sections and citation list items are dropped
+unless ``--wiki-keep-references``; 7: masking chunks are bounded in cells, not rows, so ``ngram`` and
+``span`` draw in another order where rows exceed 512 words or span budgets 120 tokens)."""
 
 TOKENIZATION = {"reference": 2, "electra": 2}
 """Versions of the tokenizations that changed while the tokenizer's fingerprint did not, recorded by
