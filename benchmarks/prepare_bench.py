@@ -16,6 +16,12 @@ runs is the closest to the undisturbed cost, as ``timeit`` reasons.
         --zh-vocab path/to/zh-vocab.txt --sizes 100MB --repeats 3 --out results.json
     python benchmarks/prepare_bench.py --bpe-vocab path/to/roberta-base/tokenizer.json --bpe-size 100MB  # RoBERTa
 
+Long sequences (flat memory at 8,192 tokens, 30% masking; peak RSS per worker must stay flat from
+10 MB to 1 GB and within 500 MB):
+
+    python benchmarks/prepare_bench.py --sizes 10MB,1GB --max-seq-length 8192 --masked-lm-prob 0.3 \
+        --variants raw,tf-d1,pq-d1,tf-d1-w2 --repeats 1 --out long-8192.json
+
 Variants (``--variants``, comma-separated):
 
   raw        the limit: the same tokenizer (``load_tokenizer(vocab).tokenizer``), one thread,
@@ -688,6 +694,9 @@ def spec_for(variant: str, inp: Path, size: int, args, work: Path, *, whole_spli
         return {**base, "kind": "hf", "output": str(work / "hf-cache")}
     two_runs = variant == "tf-d1-x2"
     config = {"workers": 1, "max_seq_length": args.max_seq_length, **PREPARE_VARIANTS["tf-d1" if two_runs else variant]}
+    if args.masked_lm_prob is not None:  # the full rate: predictions up to length x rate
+        config["masked_lm_prob"] = args.masked_lm_prob
+        config["max_predictions_per_seq"] = max(20, round(args.max_seq_length * args.masked_lm_prob))
     if whole_split:  # one task of up to 64 MB: several whole blocks
         config["split_bytes"] = MAX_SPLIT_BYTES
     else:
@@ -826,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big-repeats", type=int, default=1, help="rounds at each further size")
     p.add_argument("--tasks", type=int, default=4, help="tasks the input is split into for every prepare variant")
     p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--masked-lm-prob", type=float, default=None,
+                   help="masking rate of the prepare variants (default: prepare's), with predictions up to length x rate")
     p.add_argument("--batch-lines", type=int, default=10_000, help="lines per encode_batch_fast call of the raw baseline")
     p.add_argument("--plan-size", type=parse_size, default=parse_size("1GB"),
                    help="size of the sparse file plan_tasks is timed on (0 to skip)")
@@ -879,7 +890,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"source": args.input.name, "vocab": args.vocab.name, "pinned_to_one_core": pin_cpu(args) is not None,
                      "nanotoken_cache_entries": nanotoken_cache_entries(), "sizes": sizes, "variants": variants,
                      "repeats": args.repeats, "big_repeats": args.big_repeats, "tasks": args.tasks,
-                     "max_seq_length": args.max_seq_length, "raw_batch_lines": args.batch_lines},
+                     "max_seq_length": args.max_seq_length, "masked_lm_prob": args.masked_lm_prob,
+                     "raw_batch_lines": args.batch_lines},
         "notes": notes,
         "sizes": {},
     }

@@ -426,7 +426,7 @@ def train(
     embedding_size: Optional[int] = typer.Option(None, "--embedding-size", help="ALBERT's factorized embedding size (default: a quarter of --hidden, at least 16)."),
     masking: Literal["auto", "static", "dynamic", "electra"] = typer.Option("auto", "--masking",
         help="static: the masks stored in the shards (BERT's recipe). dynamic: new masks at load time, "
-        "15%, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
+        "at the output's --masked-lm-prob, 80/10/10, seeded per (seed, epoch, instance). electra: ELECTRA's load-time masking (15% drawn "
         "with replacement, 85% [MASK], 15% kept). auto: static if the shards are masked, else the objective's "
         "(electra for --objective electra, else dynamic).",),
     whole_word_mask: bool = typer.Option(False, "--whole-word-mask/--no-whole-word-mask", metavar="", help="Dynamic masking of whole words (word boundaries from the tokenizer)."),

@@ -119,6 +119,8 @@ class OutputFormat:
             (``{extension: bytes}``); the sink commits them before the shard, so a shard that
             exists has its companions, and records each one's size and digest in the shard's
             manifest entry (``companions``), which ``verify`` and resume check as they check the shard.
+        layout_version: raised when the shards' layout changes (a column's type): a run records
+            it, and one started under another version is not resumed, so no output mixes both.
     """
 
     name: str
@@ -129,6 +131,7 @@ class OutputFormat:
     run_files: Callable[[dict], dict[str, bytes]] | None = None
     suffix: str | None = None
     companions: tuple[str, ...] = ()
+    layout_version: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

@@ -1,4 +1,5 @@
-"""The ``parquet`` output format: the same columns as the TFRecord features, unpadded.
+"""The ``parquet`` output format: the same columns as the TFRecord features, unpadded, ids as
+uint16 (vocabularies up to 65,536 entries) or uint32.
 
 The ragged ``InstanceBatch`` arrays map zero-copy onto Arrow ``ListArray`` (values + offsets), so
 a block of instances becomes a table without touching single instances, and back. The writer
@@ -24,18 +25,39 @@ from mlm_pipeline import fs
 from mlm_pipeline.formats.base import OutputFormat, ShardLayout
 from mlm_pipeline.instances.batch import InstanceBatch
 
-SCHEMA = pa.schema(
-    [
-        ("input_ids", pa.list_(pa.int32())),
-        ("input_mask", pa.list_(pa.int32())),
-        ("segment_ids", pa.list_(pa.int32())),
-        ("masked_lm_positions", pa.list_(pa.int32())),
-        ("masked_lm_ids", pa.list_(pa.int32())),
-        ("masked_lm_weights", pa.list_(pa.float32())),
-        ("next_sentence_labels", pa.int32()),
-    ]
-)
-ALBERT_SCHEMA = SCHEMA.append(pa.field("token_boundary", pa.list_(pa.int32())))
+UINT16_VOCAB = 1 << 16
+"""Vocabularies up to this many entries store ids as uint16, larger ones as uint32 (mmBERT's 256k)."""
+
+
+def id_type(vocab_size: int | None) -> pa.DataType:
+    """The Arrow type of ``input_ids`` and ``masked_lm_ids`` for a tokenizer of ``vocab_size``
+    entries (``None``, a writer not told the vocabulary: int32, as shards were written before)."""
+    if vocab_size is None:
+        return pa.int32()
+    return pa.uint16() if vocab_size <= UINT16_VOCAB else pa.uint32()
+
+
+def schema_for(vocab_size: int | None = None, *, token_boundary: bool = False) -> pa.Schema:
+    """The shard schema: ids as :func:`id_type`, the other columns int32 (weights float32).
+    Readers take whatever integer type a shard has, so shards written with int32 ids still read."""
+    ids = id_type(vocab_size)
+    schema = pa.schema(
+        [
+            ("input_ids", pa.list_(ids)),
+            ("input_mask", pa.list_(pa.int32())),
+            ("segment_ids", pa.list_(pa.int32())),
+            ("masked_lm_positions", pa.list_(pa.int32())),
+            ("masked_lm_ids", pa.list_(ids)),
+            ("masked_lm_weights", pa.list_(pa.float32())),
+            ("next_sentence_labels", pa.int32()),
+        ]
+    )
+    return schema.append(pa.field("token_boundary", pa.list_(pa.int32()))) if token_boundary else schema
+
+
+SCHEMA = schema_for(None)
+"""The schema of shards written before ids followed the vocabulary (int32 ids)."""
+ALBERT_SCHEMA = schema_for(None, token_boundary=True)
 """``sop``'s shards: BERT's columns and ALBERT's ``token_boundary``."""
 DOCUMENT_STARTS = pa.field("document_starts", pa.list_(pa.int32()))
 """``packed``'s shards add where each row's documents start (0 first, ascending): with the row's
@@ -44,7 +66,7 @@ LANGUAGE_FIELD = pa.field("language", pa.string())
 """Each instance's language code, the last column of a run with languages."""
 
 
-_NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32}
+_NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32, pa.uint16(): np.uint16, pa.uint32(): np.uint32}
 
 
 def _array(values: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -58,7 +80,22 @@ def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.ListA
     return pa.ListArray.from_arrays(_array(offsets, pa.int32()), _array(values, typ))
 
 
-def batch_to_table(batch: InstanceBatch) -> pa.Table:
+def _check_ids_fit(batch: InstanceBatch, ids: pa.DataType) -> None:
+    """``ValueError`` for an id the id type cannot hold (a tokenizer whose special tokens lie past
+    the vocabulary size it reports), rather than a silently wrapped id."""
+    top = np.iinfo(_NUMPY_TYPE[ids]).max
+    for name in ("input_ids", "masked_lm_ids"):
+        values = getattr(batch, name)
+        if len(values) and (int(values.min()) < 0 or int(values.max()) > top):
+            raise ValueError(f"{name} holds an id outside 0..{top} ({ids}, chosen from the vocabulary size): "
+                             f"min {int(values.min())}, max {int(values.max())}")
+
+
+def batch_to_table(batch: InstanceBatch, vocab_size: int | None = None) -> pa.Table:
+    """The batch as a table of :func:`schema_for` ``vocab_size``."""
+    ids = id_type(vocab_size)
+    if ids != pa.int32():
+        _check_ids_fit(batch, ids)
     n_tok = len(batch.input_ids)
     n_mask = len(batch.masked_lm_ids)
     nsp = (
@@ -67,7 +104,7 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
         else batch.next_sentence_labels.astype(np.int32)
     )
     boundary = [] if batch.token_boundary is None else [_list(batch.token_boundary, batch.offsets, pa.int32())]
-    schema = ALBERT_SCHEMA if boundary else SCHEMA
+    schema = schema_for(vocab_size, token_boundary=bool(boundary))
     documents = []
     if batch.document_starts is not None:
         documents = [_list(batch.document_starts, batch.document_offsets, pa.int32())]
@@ -78,11 +115,11 @@ def batch_to_table(batch: InstanceBatch) -> pa.Table:
         schema = schema.append(LANGUAGE_FIELD)
     return pa.Table.from_arrays(
         [
-            _list(batch.input_ids, batch.offsets, pa.int32()),
+            _list(batch.input_ids, batch.offsets, ids),
             _list(np.ones(n_tok, np.int32), batch.offsets, pa.int32()),
             _list(batch.segment_ids, batch.offsets, pa.int32()),
             _list(batch.masked_lm_positions, batch.masked_offsets, pa.int32()),
-            _list(batch.masked_lm_ids, batch.masked_offsets, pa.int32()),
+            _list(batch.masked_lm_ids, batch.masked_offsets, ids),
             _list(np.ones(n_mask, np.float32), batch.masked_offsets, pa.float32()),
             _array(nsp, pa.int32()),
             *boundary,
@@ -102,7 +139,7 @@ def _numpy(arr: pa.Array, dtype) -> np.ndarray:
 def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks()
     offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
-    values = _numpy(arr.values, np.float32 if pa.types.is_floating(arr.type.value_type) else np.int32)
+    values = _numpy(arr.values, _NUMPY_TYPE[arr.type.value_type])  # (ids: uint16, uint32 or, older, int32)
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]
 
 
@@ -146,24 +183,25 @@ class ParquetShardWriter:
 
     Rows are stored unpadded, so the run's length limits play no part here. The schema is the
     first block's (with ``token_boundary`` for ``sop``, ``document_starts`` for ``packed``), so the
-    file is opened on the first write.
+    file is opened on the first write; its ids are uint16 or uint32 by ``vocab_size`` (:func:`id_type`).
     """
 
     def __init__(self, f: BinaryIO, *, max_seq_length: int | None = None, max_predictions: int | None = None,
-                 **_settings):
+                 vocab_size: int | None = None, **_settings):
         self._f = f
         self._writer: pq.ParquetWriter | None = None
+        self._vocab_size = vocab_size
 
     def write(self, batch: InstanceBatch) -> None:
         if len(batch):
-            table = batch_to_table(batch)
+            table = batch_to_table(batch, self._vocab_size)
             if self._writer is None:
                 self._writer = pq.ParquetWriter(self._f, table.schema, **WRITE_OPTIONS)
             self._writer.write_table(table)
 
     def close(self) -> None:
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self._f, SCHEMA, **WRITE_OPTIONS)
+            self._writer = pq.ParquetWriter(self._f, schema_for(self._vocab_size), **WRITE_OPTIONS)
         self._writer.close()
 
 
@@ -300,4 +338,4 @@ class ParquetRows:
 
 
 FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows,
-                      read_layout=read_layout)
+                      read_layout=read_layout, layout_version=2)  # 2: ids uint16/uint32, not int32

@@ -74,3 +74,4 @@ def mask_batch(batch: InstanceBatch, spec: MaskingSpec, rng: np.random.Generator
         kept=int((~as_mask & ~as_random).sum()),
     )
     return out, stats
+

@@ -171,6 +171,16 @@ def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: 
 # holds tens of thousands of instances). Draws are made chunk after chunk in row order, which
 # yields exactly the numbers one draw for all rows would.
 ROWS_PER_CHUNK = 4096
+CELLS_PER_CHUNK = ROWS_PER_CHUNK * 512
+"""Wider rows take fewer rows a chunk, so that a chunk's arrays stay near this many cells: at
+``--max-seq-length 8192`` 4,096 rows made each float32 key grid 134 MB. Up to 512 columns a chunk
+is ``ROWS_PER_CHUNK`` rows, as before."""
+
+
+def chunk_rows(width: int) -> int:
+    """Rows per chunk for a selection ``width`` columns wide (the batch's, not a chunk's: the
+    chunks, and with them the order of the draws, depend on the batch alone)."""
+    return max(1, min(ROWS_PER_CHUNK, CELLS_PER_CHUNK // max(1, width)))
 # Whole-word schemes first visit only the ``max(k) + WORD_SLACK`` words of smallest key in each
 # row (a budget of k tokens is met within k words unless words overflow it); rows that need more
 # are redone with all their words.

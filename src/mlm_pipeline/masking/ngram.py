@@ -53,8 +53,9 @@ def choose_ngrams(sel: Selection, draws: Draws) -> Chosen:
     nw = len(words)
     covered = np.zeros(nw + top, dtype=bool)  # (spare slots past the last word, never set)
     per_row = np.diff(words.first)
-    for r0 in range(0, sel.n, base.ROWS_PER_CHUNK):
-        r1 = min(sel.n, r0 + base.ROWS_PER_CHUNK)
+    step = base.chunk_rows(int(per_row.max()) if sel.n else 0)
+    for r0 in range(0, sel.n, step):
+        r1 = min(sel.n, r0 + step)
         wpr = per_row[r0:r1]
         width = int(wpr.max())
         if width == 0:

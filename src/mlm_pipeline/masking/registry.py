@@ -6,6 +6,8 @@ The built-in modules are imported on the first registry call, so that importing 
 
 from __future__ import annotations
 
+import logging
+
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.masking.base import MaskingScheme
 
@@ -79,3 +81,17 @@ def check_tokenizer(settings, tok) -> None:
         raise ConfigError(f"--masking-scheme {settings.masking_scheme} masks whole words, but the tokenizer "
                           f"{settings.tokenizer} marks no word boundaries (no ## continuation pieces, no ▁ or Ġ word "
                           "starts): use --masking-scheme token, or --no-do-whole-word-mask with ngram")
+
+
+def warn_capped_rate(config) -> None:
+    """Warn a run whose masking rate Google's default of 20 predictions caps (30% of 8,192 tokens
+    is 2,458), only where the default, not the user, set the cap."""
+    wanted = round(config.max_seq_length * config.masked_lm_prob)
+    if (config.masking != "static" or "max_predictions_per_seq" in config.model_fields_set
+            or wanted <= config.max_predictions_per_seq):
+        return
+    logging.getLogger("mlm_pipeline").warning(
+        "--masked-lm-prob %g of --max-seq-length %d is up to %d masked tokens an instance, but "
+        "--max-predictions-per-seq is %d (the default, Google's for 128 tokens): longer instances are masked at "
+        "less than %g; pass --max-predictions-per-seq %d for the full rate", config.masked_lm_prob,
+        config.max_seq_length, wanted, config.max_predictions_per_seq, config.masked_lm_prob, wanted)

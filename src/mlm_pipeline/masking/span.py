@@ -72,8 +72,9 @@ def choose_spans(sel: Selection, draws: Draws) -> Chosen:
     spans = 0
     per_row = np.diff(words.first)
     attempts = 4 * int(sel.k.max()) + 32 if sel.n else 0
-    for r0 in range(0, sel.n, base.ROWS_PER_CHUNK):
-        r1 = min(sel.n, r0 + base.ROWS_PER_CHUNK)
+    step = base.chunk_rows(attempts)
+    for r0 in range(0, sel.n, step):
+        r1 = min(sel.n, r0 + step)
         rows = np.arange(r0, r1)
         u_len = draws.grid(rows, attempts, PURPOSE_SPAN_LENGTH).astype(np.float64)
         u_anchor = draws.grid(rows, attempts, PURPOSE_SPAN_ANCHOR)

@@ -45,8 +45,9 @@ def choose_tokens(sel: Selection, draws: Draws) -> Chosen:
     width = int(lens.max())
     columns = np.arange(width)
     out = []
-    for r0 in range(0, n, base.ROWS_PER_CHUNK):
-        r1 = min(n, r0 + base.ROWS_PER_CHUNK)
+    step = base.chunk_rows(width)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
         keys = draws.grid(np.arange(r0, r1), width, PURPOSE_ORDER)
         inside = columns < lens[r0:r1, None]
         cand_2d = np.zeros(inside.shape, dtype=bool)

@@ -51,8 +51,9 @@ def choose_whole_words(sel: Selection, draws: Draws) -> Chosen:
     words_per_row = np.diff(words.first)
     row_start = words.first
     chosen_word = np.zeros(len(words), dtype=bool)
-    for r0 in range(0, n, base.ROWS_PER_CHUNK):
-        r1 = min(n, r0 + base.ROWS_PER_CHUNK)
+    step = base.chunk_rows(int(words_per_row.max()) if n else 0)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
         wpr = words_per_row[r0:r1]
         width = int(wpr.max())
         if width == 0:

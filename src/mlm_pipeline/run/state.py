@@ -25,7 +25,7 @@ from mlm_pipeline import __version__, cas, fs
 from mlm_pipeline.config import (PrepareConfig, build_config, by_content_names, flag_for, settings_as_recorded_now,
                                  settings_of)
 from mlm_pipeline.errors import ConfigError, OutputError
-from mlm_pipeline.masking.registry import check_tokenizer
+from mlm_pipeline.masking.registry import check_tokenizer, warn_capped_rate
 from mlm_pipeline.plan import Plan, Task, plan_tasks
 from mlm_pipeline.read import get_input_format
 from mlm_pipeline.read.base import Piece, ReadOptions
@@ -33,20 +33,21 @@ from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import refuse_a_file_as_output
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer, missing_unk_message
+from mlm_pipeline.formats import get_output_format
 from mlm_pipeline.formats.sink import clean_tmp
 from mlm_pipeline.instances import get_objective
 
 log = logging.getLogger("mlm_pipeline")
 
-ALGORITHM = 6
-"""Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same
-settings and seed give the same bytes only under the same version, so a run started under another
-is not resumed (2: instances shuffled as they are built, before masking; 3: ``block_bytes`` counts
-the UTF-8 bytes of the text, not its characters, so blocks of non-ASCII text end elsewhere;
-4: ``--split-size auto`` cuts the input in 256 tasks of at least 4 MiB, not 32 of at least 1 MiB,
-so a default run's tasks end elsewhere; 5: a document longer than ``block_bytes`` is cut into parts of
-that size, not of 64 MiB; 6: a Wikipedia dump's reference sections and citation list items are
-dropped unless ``--wiki-keep-references``, so its documents are shorter)."""
+ALGORITHM = 7
+"""Version of the default-mode tasks, blocks, instance building, shuffling and masking: the same settings and
+seed give the same bytes only under the same version, so a run started under another is not resumed (2:
+instances shuffled as they are built, before masking; 3: ``block_bytes`` counts the UTF-8 bytes of the text,
+not its characters, so blocks of non-ASCII text end elsewhere; 4: ``--split-size auto`` cuts the input in 256
+tasks of at least 4 MiB, not 32 of at least 1 MiB; 5: a document longer than ``block_bytes`` is cut into parts
+of that size, not of 64 MiB; 6: a Wikipedia dump's reference sections and citation list items are dropped
+unless ``--wiki-keep-references``; 7: masking chunks are bounded in cells, not rows, so ``ngram`` and
+``span`` draw in another order where rows exceed 512 words or span budgets 120 tokens)."""
 
 TOKENIZATION = {"reference": 2, "electra": 2}
 """Versions of the tokenizations that changed while the tokenizer's fingerprint did not, recorded by
@@ -194,6 +195,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = Fals
         log.warning("%s has no effect with --masking %s: the shards hold no masks, and the loader masks them "
                     "with the objective's own masking", "--do-whole-word-mask" if scheme == "whole-word"
                     else f"--masking-scheme {scheme}", config.masking)
+    warn_capped_rate(config)
     plan = plan_tasks(config)
     if config.num_out_files is not None and config.num_out_files < len(plan.tasks):
         raise ConfigError(
@@ -284,6 +286,7 @@ def run_record(config: PrepareConfig, tokenizer_fp: str, plan: Plan, flavor: str
     }
     if tokenizations := _tokenizations(config, flavor):
         record["tokenization"] = tokenizations
+    record["shard_layout"] = get_output_format(config.format).layout_version
     if config.verify_inputs:
         record["input_sha256"] = input_fingerprints(plan, full=True, options=options, extents=extents)
     return record
@@ -338,6 +341,9 @@ def check_or_start_run(config: PrepareConfig, record: dict, plan: Plan | None = 
         if used_too[name] and (was := existing.get("tokenization", {}).get(name, 1)) != version:
             problems.append(f"the existing run was made by a version that tokenizes otherwise ({name} tokenization "
                             f"{was}, now {version}): finish it with that version")
+    if old.get("format") == config.format and (was := existing.get("shard_layout", 1)) != record["shard_layout"]:
+        problems.append(f"the existing run was made by a version that lays out {config.format} shards otherwise "
+                        f"(layout {was}, now {record['shard_layout']}): finish it with that version")
     if existing.get("tokenizer_fingerprint") != record["tokenizer_fingerprint"]:
         problems.append("the tokenizer differs from the one the existing run used")
     repaired = ""

@@ -553,7 +553,7 @@ class MLMDataset(IterableDataset):
         their objective trains with (``dynamic``: BERT's 80/10/10; ``electra``: ELECTRA's, for
         ``--objective electra``). Dynamic masking masks with the scheme and parameters the run
         recorded (``sop``: ALBERT's n-grams) unless ``masking_scheme`` or ``whole_word_mask`` is
-        given, and groups words as the objective does (``sop``: ALBERT's ``token_boundary``
+        given, at the rate it recorded (``--masked-lm-prob``) unless ``mlm_probability`` is given, and groups words as the objective does (``sop``: ALBERT's ``token_boundary``
         words). The pair label is named for the model that reads it (``sop``:
         ``sentence_order_label``). Other keyword arguments go to :class:`MLMCollator`.
         """
@@ -569,6 +569,7 @@ class MLMDataset(IterableDataset):
         kwargs.setdefault("nsp", self.prepared.has_nsp)
         kwargs.setdefault("sentence_label", self.prepared.sentence_label)
         if masking == "dynamic":
+            kwargs.setdefault("mlm_probability", self.prepared.masked_lm_prob)
             if kwargs.get("masking_scheme") is None and not kwargs.get("whole_word_mask"):
                 kwargs.update({**self.prepared.masking_scheme, **{k: v for k, v in kwargs.items() if v is not None}})
             if "word_continuation" not in kwargs:

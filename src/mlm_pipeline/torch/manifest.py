@@ -81,6 +81,12 @@ class PreparedOutput:
         scheme = self.config.get("masking_scheme") or get_objective(self.objective).default_masking_scheme
         return {"masking_scheme": scheme, **{k: self.config[k] for k in MASKING_PARAMETERS if k in self.config}}
 
+    @property
+    def masked_lm_prob(self) -> float:
+        """The masking rate the run recorded (``--masked-lm-prob``): dynamic masking's by default,
+        so that each phase of a schedule masks at its own rate."""
+        return float(self.config.get("masked_lm_prob", 0.15))
+
     def word_continuation(self, tokenizer) -> np.ndarray | None:
         """Per id, whether a token continues a word as the objective groups words (``sop``:
         ALBERT's, the complement of ``token_boundary``); None: the tokenizer's own marker."""

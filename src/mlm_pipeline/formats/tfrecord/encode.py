@@ -465,11 +465,29 @@ def iter_encoded_tfrecord(batch: InstanceBatch, *, max_seq_length: int, max_pred
         raise ValueError(f"max_seq_length must be >= 1, got {max_seq_length}")
     if max_predictions < 0:
         raise ValueError(f"max_predictions must be >= 0, got {max_predictions}")
-    if len(batch) == 0:
-        return iter(())
-    if batch.languages is not None:
-        return _in_language_runs(batch, lambda part: _bert_features(part, max_seq_length, max_predictions))
-    return iter_encoded_examples(_bert_features(batch, max_seq_length, max_predictions))
+    return _in_slices(batch, max_seq_length, lambda part: _bert_features(part, max_seq_length, max_predictions))
+
+
+def _in_slices(batch: InstanceBatch, max_seq_length: int, features_of) -> Iterator[np.ndarray]:
+    """The records of ``batch``, ``features_of(rows)`` padded slice by slice of rows (records are
+    encoded one by one, so the bytes are those of one slice), each slice's rows in runs of one
+    language where the batch has languages."""
+    for part in _row_slices(batch, max_seq_length):
+        if part.languages is not None:
+            yield from _in_language_runs(part, features_of)
+        else:
+            yield from iter_encoded_examples(features_of(part))
+
+
+_PADDED_CELLS = 1 << 22
+"""Padded values a slice of rows holds at most: else 7,000 short rows of a block padded to 8,192
+took 170 MB. Up to 512 columns a block of 8,192 rows is one slice, as before."""
+
+
+def _row_slices(batch: InstanceBatch, max_seq_length: int) -> Iterator[InstanceBatch]:
+    step = max(1, _PADDED_CELLS // max_seq_length)
+    for start in range(0, len(batch), step):
+        yield batch.slice(start, min(len(batch), start + step))
 
 
 def _bert_features(batch: InstanceBatch, max_seq_length: int, max_predictions: int) -> dict:
@@ -505,11 +523,7 @@ def iter_encoded_sequences(batch: InstanceBatch, *, max_seq_length: int) -> Iter
         raise ValueError(f"max_seq_length must be >= 1, got {max_seq_length}")
     if batch.next_sentence_labels is not None or len(batch.masked_lm_ids):
         raise ValueError("ELECTRA's records hold no masked positions and no next-sentence labels")
-    if len(batch) == 0:
-        return iter(())
-    if batch.languages is not None:
-        return _in_language_runs(batch, lambda part: _sequence_features(part, max_seq_length))
-    return iter_encoded_examples(_sequence_features(batch, max_seq_length))
+    return _in_slices(batch, max_seq_length, lambda part: _sequence_features(part, max_seq_length))
 
 
 def _sequence_features(batch: InstanceBatch, max_seq_length: int) -> dict:
