@@ -33,8 +33,7 @@ from mlm_pipeline.run import layout
 from mlm_pipeline.run.lock import refuse_a_file_as_output
 from mlm_pipeline.stats import add_counts
 from mlm_pipeline.tokenize import case_mismatch, load_tokenizer, missing_unk_message
-from mlm_pipeline.formats import get_output_format
-from mlm_pipeline.formats.sink import clean_tmp
+from mlm_pipeline.formats import get_output_format, sink
 from mlm_pipeline.instances import get_objective
 
 log = logging.getLogger("mlm_pipeline")
@@ -208,7 +207,7 @@ def start_run(config: PrepareConfig, *, clean: bool = True, dry_run: bool = Fals
     check_or_start_run(config, record, plan, replace_empty=clean)
     save_plan(config.output, plan, inputs=config.inputs)
     if clean:
-        clean_tmp(config.output)
+        sink.clean_tmp(config.output)
     done = completed_tasks(config, plan)
     if done:
         log.info("resuming: %d of %d tasks already complete", len(done), len(plan.tasks))
