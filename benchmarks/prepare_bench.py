@@ -68,6 +68,12 @@ work, where the planning done before the first task weighs less. ``--plan-size``
 ``plan_tasks`` on a sparse file of that size in a subprocess and reports the bytes that process
 read (the planner must not read the data).
 
+``--held-out PATH`` (and ``--held-out-zh PATH --held-out-zh-vocab VOCAB``) adds what a user
+timing the command from the shell sees, on text the code was not tuned on: ``whole_process.py``'s
+measurement (``mlm-pipeline prepare`` and a raw HF tokenizer script as whole processes, start-up
+and imports included, byte-compiled, pinned to one core, alternating rounds) at the dupe factors of
+``tf-d1``/``tf-d5``, printed and recorded (``held_out_whole_process``) beside the in-process ratios.
+
 Peak RSS: every measured process reports its ``VmHWM`` (peak resident set since it started; not
 ``ru_maxrss``, which also counts what the parent held when it forked), and a sampling process
 records the ``VmHWM`` of every descendant (pool workers), so each worker's peak is listed.
@@ -821,6 +827,43 @@ def print_summary(title: str, summary: dict) -> None:
             print(f"      as a share of the tf-d1-x2/tf-d1 speed-up of the same round: {c['share_of_two_runs']:.2f}")
 
 
+HELD_OUT_VARIANTS = {"tf-d1": 1, "tf-d5": 5}  # the in-process variants a whole-process figure stands beside
+
+
+def held_out_figures(result: dict, args, sizes: list[int], variants: list[str], work: Path) -> None:
+    """``whole_process.py``'s measurement (prepare and the raw HF script as whole processes from
+    the shell, pinned, byte-compiled) on the held-out texts, at the dupe factors of the TFRecord
+    variants run here, printed beside the in-process figures (the first size's, training text)."""
+    import whole_process  # beside this script
+
+    wanted = [v for v in HELD_OUT_VARIANTS if v in variants] or ["tf-d1"]
+    size = args.held_out_size or sizes[0]
+    first = next(iter(result["sizes"].values()), {}).get("variants", {})
+    corpora = [("english", args.held_out, args.vocab, wanted)]
+    if args.held_out_zh is not None:
+        corpora.append(("chinese", args.held_out_zh, args.held_out_zh_vocab or args.zh_vocab or args.vocab, ["tf-d1"]))
+    figures = {}
+    for name, source, vocab, these in corpora:
+        for v in these:
+            print(f"\nwhole process, held-out text ({name}), {v}:", flush=True)
+            res = whole_process.run(source, vocab, size, rounds=args.held_out_rounds or args.repeats,
+                                    dupe_factor=HELD_OUT_VARIANTS[v], pin=not args.no_pin, workdir=work / "whole",
+                                    warm_up=not args.no_warmup, log=lambda text: print("  " + text, flush=True))
+            inside = first.get(v, {}) if name == "english" else result.get("second_corpus", {}).get("variants", {}).get(v, {})
+            res["in_process"] = {k: inside.get(k) for k in ("ratio_vs_raw", "cpu_ratio_vs_raw")}
+            figures[f"{name} {v}"] = res
+    result["held_out_whole_process"] = figures
+    print("\n== whole process on held-out text (raw HF script / mlm-pipeline prepare, both from the shell), "
+          "beside the in-process figures")
+    print(f"{'corpus, variant':<18} {'bytes':>12} {'CPU ratio':>10} {'wall ratio':>11}   {'in-process CPU':>15} "
+          f"{'in-process wall':>16}")
+    for key, res in figures.items():
+        inside = res["in_process"]
+        fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+        print(f"{key:<18} {res['settings']['bytes']:>12,} {res['ratio_cpu']:>9.2f}x {res['ratio_wall']:>10.2f}x   "
+              f"{fmt(inside['cpu_ratio_vs_raw']):>15} {fmt(inside['ratio_vs_raw']):>16}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", type=Path, default=DEFAULT_SOURCE,
@@ -852,6 +895,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="a byte-level BPE tokenizer (RoBERTa's tokenizer.json): raw, fast, packed and tokens with it "
                         "on --input repeated to --bpe-size, --repeats rounds")
     p.add_argument("--bpe-size", type=parse_size, default=parse_size("10MB"), help="size of the --bpe-vocab case's input")
+    p.add_argument("--held-out", type=Path, default=None,
+                   help="held-out text (not the one tuned on): prepare and the raw HF script timed as whole processes "
+                        "from the shell on it (benchmarks/whole_process.py), at the dupe factors of tf-d1/tf-d5, "
+                        "reported beside the in-process figures")
+    p.add_argument("--held-out-size", type=parse_size, default=None, help="size --held-out is repeated to (default: "
+                   "the first of --sizes)")
+    p.add_argument("--held-out-rounds", type=int, default=None, help="whole-process rounds (default: --repeats)")
+    p.add_argument("--held-out-zh", type=Path, default=None,
+                   help="a second held-out text (e.g. Chinese) for the whole-process figure at dupe factor 1")
+    p.add_argument("--held-out-zh-vocab", type=Path, default=None,
+                   help="the tokenizer for --held-out-zh (default: --zh-vocab, else --vocab)")
     p.add_argument("--startup-repeats", type=int, default=3,
                    help="runs of the command line on a tiny input, --workers 1 and 2 (0 to skip)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a new temp dir, removed)")
@@ -874,6 +928,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in variants if v not in ALL_VARIANTS]
     if unknown or not sizes or args.repeats < 1:
         p.error(f"unknown variants {unknown}" if unknown else "need at least one size and one repeat")
+    if args.held_out_zh is not None and args.held_out is None:
+        p.error("--held-out-zh needs --held-out")
     notes = []
     if "hf" in variants and not hf_available():
         variants.remove("hf")
@@ -1002,6 +1058,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{st['to_first_task_seconds_workers_1']:.2f} s to the first task (--workers 1); whole command "
                   f"{st['whole_command_seconds_workers_1']:.2f} s (--workers 1), "
                   f"{st['whole_command_seconds_workers_2']:.2f} s (--workers 2)")
+        if args.held_out is not None:
+            held_out_figures(result, args, sizes, variants, work)
         if args.plan_size:
             sparse = work / "plan-input.txt"
             with open(sparse, "wb") as f:

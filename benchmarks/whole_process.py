@@ -98,7 +98,11 @@ def commands(inp: Path, args, out: Path) -> dict[str, list[str]]:
     return {"raw": raw, "prepare": prepare}
 
 
-def measure(inp: Path, args, work: Path, rounds: int) -> dict:
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def measure(inp: Path, args, work: Path, rounds: int, log=_say) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an install leaves it: modules byte-compiled
     core = None if args.no_pin else min(os.sched_getaffinity(0))
@@ -109,12 +113,38 @@ def measure(inp: Path, args, work: Path, rounds: int) -> dict:
         for name in order:
             shutil.rmtree(out, ignore_errors=True)
             runs[name].append(timed(commands(inp, args, out)[name], core, env))
-            print(f"  round {r + 1}/{rounds} {name:<8} wall {runs[name][-1]['wall']:7.2f} s  "
-                  f"cpu {runs[name][-1]['cpu']:7.2f} s", flush=True)
+            log(f"  round {r + 1}/{rounds} {name:<8} wall {runs[name][-1]['wall']:7.2f} s  "
+                f"cpu {runs[name][-1]['cpu']:7.2f} s")
     shutil.rmtree(out, ignore_errors=True)
     ratio = {k: statistics.median(a[k] / b[k] for a, b in zip(runs["raw"], runs["prepare"])) for k in ("wall", "cpu")}
     return {"runs": runs, "ratio_wall": ratio["wall"], "ratio_cpu": ratio["cpu"],
             "median_wall": {k: statistics.median(x["wall"] for x in v) for k, v in runs.items()}}
+
+
+def run(source: Path, vocab: Path, size: int, *, rounds: int = 3, dupe_factor: int = 1, objective: str = "nsp",
+        fmt: str = "tfrecord", extra: list[str] | None = None, pin: bool = True, workdir: Path | None = None,
+        warm_up: bool = True, log=_say) -> dict:
+    """The whole measurement (what ``main`` prints), for another script: ``source`` repeated to
+    ``size`` bytes, an unreported warm-up round on 1 MB of it, then ``rounds`` alternating rounds.
+    Returns the runs, the median ratios (raw / prepare: ``ratio_wall``, ``ratio_cpu``) and the settings."""
+    args = argparse.Namespace(vocab=vocab, dupe_factor=dupe_factor, objective=objective, format=fmt,
+                              extra=list(extra or []), no_pin=not pin)
+    work = Path(workdir or tempfile.mkdtemp(prefix="mlm-whole-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        inp = build_input(source, size, work / "input.txt")
+        if warm_up:  # unreported: fills the bytecode caches
+            measure(build_input(source, min(size, 1 << 20), work / "warm.txt"), args, work, 1, log=lambda *_: None)
+        log(f"{source.name} repeated to {inp.stat().st_size:,} bytes, {vocab.name}, "
+            f"{objective}, dupe factor {dupe_factor}, {fmt}, {rounds} rounds")
+        result = measure(inp, args, work, rounds, log=log)
+        result["settings"] = {"source": source.name, "vocab": vocab.name, "bytes": inp.stat().st_size,
+                              "rounds": rounds, "dupe_factor": dupe_factor, "objective": objective, "format": fmt,
+                              "extra": list(extra or []), "pinned_to_one_core": pin}
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,22 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="mlm-whole-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        inp = build_input(args.input, args.size, work / "input.txt")
-        warm = build_input(args.input, min(args.size, 1 << 20), work / "warm.txt")
-        measure(warm, args, work, 1)  # unreported: fills the bytecode caches
-        print(f"{args.input.name} repeated to {inp.stat().st_size:,} bytes, {args.vocab.name}, "
-              f"{args.objective}, dupe factor {args.dupe_factor}, {args.format}, {args.rounds} rounds")
-        result = measure(inp, args, work, args.rounds)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    result = run(args.input, args.vocab, args.size, rounds=args.rounds, dupe_factor=args.dupe_factor,
+                 objective=args.objective, fmt=args.format, extra=args.extra, pin=not args.no_pin,
+                 workdir=args.workdir)
     print(f"whole process, raw HF tokenizer / prepare, median of {args.rounds}: "
           f"wall {result['ratio_wall']:.2f}x, CPU {result['ratio_cpu']:.2f}x")
     if args.json:
-        args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, **result}, indent=1))
+        args.json.write_text(json.dumps(result, indent=1))
     return 0
 
 

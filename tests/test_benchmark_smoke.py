@@ -175,3 +175,31 @@ def test_prepare_bench_bpe_case_smoke(tmp_path, roberta_bpe):
     assert rnd["fast"]["tokens"] == rnd["raw"]["tokens"] > 0  # the same ids, counted
     for name in ("fast", "packed"):
         assert bpe["variants"][name]["ratio_vs_raw"] > 0
+
+
+def test_prepare_bench_held_out_whole_process_smoke(tmp_path):
+    """``--held-out``: the whole-process figure (whole_process.py's measurement) on a held-out English
+    text at tf-d1's and tf-d5's dupe factors and on a Chinese one, recorded and printed beside the
+    in-process ratios."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "prepare_bench.py"), "--sizes", "64KB", "--repeats", "1",
+         "--variants", "raw,tf-d1,tf-d5", "--no-warmup", "--plan-size", "0", "--startup-repeats", "0",
+         "--held-out", str(REPO / "sample" / "wikiextractor-AA.txt"), "--held-out-rounds", "1",
+         "--held-out-zh", str(REPO / "tests" / "data" / "hongloumeng-300KB.txt"),
+         "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "whole process on held-out text" in proc.stdout
+    result = json.loads(out.read_text())
+    figures = result["held_out_whole_process"]
+    assert set(figures) == {"english tf-d1", "english tf-d5", "chinese tf-d1"}
+    assert figures["english tf-d5"]["settings"]["dupe_factor"] == 5
+    assert figures["chinese tf-d1"]["settings"]["source"] == "hongloumeng-300KB.txt"
+    for entry in figures.values():
+        assert entry["ratio_cpu"] > 0 and entry["ratio_wall"] > 0 and entry["settings"]["bytes"] >= 64 << 10
+        assert len(entry["runs"]["raw"]) == len(entry["runs"]["prepare"]) == 1
+    inside = result["sizes"]["64KB"]["variants"]["tf-d5"]
+    assert figures["english tf-d5"]["in_process"]["cpu_ratio_vs_raw"] == inside["cpu_ratio_vs_raw"]

@@ -115,7 +115,8 @@ def test_repository_paths_named_in_the_docs_exist():
     assert not missing, missing
 
 
-DATA_FLAGS = {"--input", "--zh-input", "--zh-vocab", "--vocab", "--tokenizer", "-t"}
+DATA_FLAGS = {"--input", "--zh-input", "--zh-vocab", "--vocab", "--tokenizer", "-t", "--held-out", "--held-out-zh",
+              "--held-out-zh-vocab"}
 
 
 def test_benchmark_commands_name_bundled_files_or_placeholders():

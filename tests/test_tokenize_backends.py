@@ -290,3 +290,38 @@ def test_chinese_texts_take_the_character_table_and_give_hf_s_ids():
     # the novel's characters were looked up in the table, not encoded one line at a time
     assert (fast._table.ids[[ord(c) for c in "贾宝玉林黛玉，。"]] >= 0).all()
     assert fast._table.ids[ord("[")] == -1 and fast._table.ids[0x61D] == -1  # in [MASK]; newer than HF's tables
+
+
+def test_only_texts_mostly_of_table_characters_take_the_table():
+    """The routing of non-ASCII texts: every text with at least a quarter table characters (by the
+    table's own lookup of every character) goes to the table; English with a few accented words
+    is encoded whole, with its ASCII neighbours, from a bound on its UTF-8 bytes. Ids stay HF's on
+    the mixed batch."""
+    from conftest import DATA, WIKITEXT
+    from mlm_pipeline.tokenize.backends.hf import HFEncoder
+    from mlm_pipeline.tokenize.backends.single_chars import MIN_SHARE
+
+    chinese = [s.strip() for s in (DATA / "hongloumeng-300KB.txt").read_text(encoding="utf-8").splitlines()[:200]
+               if s.strip()]
+    english = [s.strip() for s in WIKITEXT.read_text(encoding="utf-8").splitlines() if s.strip()]
+    accented = [s for s in english if not s.isascii()][:300]
+    assert len(accented) > 50
+    edges = ["café, “quoted” — dash", "a café near Zürich, by the lake", "中文 and English words here", "a中b", "中" + "x" * 3, "中" + "x" * 2,
+             "—!?", "Ａ中ｂ", "naïve", "\U00020000 ab", "ΣΑΣ", "x" * 7 + "。,", "x" * 6 + "。,", "é" * 4]
+    texts = accented + chinese + edges
+    tok = load_tokenizer(str(VOCAB), backend="nanotoken")
+    fast = NanotokenEncoder(tok.tokenizer)
+    table = fast._table
+    may = table.may_take(texts)
+    heavy = np.array([int((table._lookup(np.array([ord(c) for c in t], np.uint32)) >= 0).sum()) >= MIN_SHARE * len(t)
+                      for t in texts])
+    assert may[heavy].all()  # never a text the table takes
+    assert heavy[len(accented): len(accented) + len(chinese)].all()
+    # most accented English is encoded whole at once (a WikiText heading, `` = = Ötzi = = ``, is
+    # mostly punctuation: the table's)
+    assert may[: len(accented)].mean() < 0.2 and not may[[texts.index("a café near Zürich, by the lake"), texts.index("naïve")]].any()
+    mixed = [t for pair in zip(english, texts) for t in pair]
+    ids, lengths = fast.encode_batch(mixed)
+    ref_ids, ref_lengths = HFEncoder(tok.tokenizer, ascii_route=False).encode_batch(mixed)
+    np.testing.assert_array_equal(lengths, ref_lengths)
+    np.testing.assert_array_equal(ids, ref_ids)

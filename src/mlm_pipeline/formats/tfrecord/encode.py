@@ -43,7 +43,10 @@ from mlm_pipeline.instances.batch import InstanceBatch
 __all__ = ["RAGGED_FEATURES", "Ragged", "ZeroPadded", "encode_examples", "encode_tfrecord", "iter_encoded_examples",
            "iter_encoded_sequences", "iter_encoded_tfrecord"]
 
-_NOTHING = pa.scalar(b"", pa.binary())  # the separator of the binary join
+# The separator of the binary join, an empty binary scalar. Taken from an array built over buffers:
+# ``pa.scalar`` (like ``pa.array``) first probes for pandas, which imports pandas when it is
+# installed, ~0.3 s of every run's start-up.
+_NOTHING = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(bytes(8)), pa.py_buffer(b"")])[0]
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:

@@ -77,6 +77,9 @@ class NanotokenEncoder:
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         # ASCII texts (str.isascii is O(1)) hold no table character
         wide = [i for i, t in enumerate(texts) if not t.isascii()] if self._table is not None else []
+        if wide:  # texts with too few table characters are encoded whole, with the ASCII ones
+            may = self._table.may_take([texts[i] for i in wide])
+            wide = [i for i, m in zip(wide, may.tolist()) if m]
         if not wide:
             return self._encode(texts)
         if len(wide) == len(texts):

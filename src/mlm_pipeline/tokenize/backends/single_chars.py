@@ -45,6 +45,37 @@ def _isolated_by_bert(ch: str) -> bool:
 _UNCHECKED, _OTHER = -2, -1
 
 
+def _may_be_mostly_table(texts: list[str], min_share: float) -> np.ndarray:
+    """Per text, False where fewer than ``min_share`` of its characters can be table characters,
+    from its UTF-8 bytes alone: a table character is either not ASCII or an ASCII character other
+    than a letter, a digit or a space. A text with as many bytes beyond its characters as the
+    share (Chinese: two per character) may be at once; the others' bytes are looked at (their
+    non-ASCII characters counted at their lead bytes). A few passes over bytes, where the table's
+    own count decodes every code point and looks it up."""
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+    chars = np.fromiter(map(len, texts), np.int64, len(texts))
+    nbytes = np.fromiter(map(len, encoded), np.int64, len(texts))
+    may = nbytes - chars >= min_share * chars  # every non-ASCII character adds at least one byte
+    rest = np.flatnonzero(~may)
+    if len(rest):
+        b = np.frombuffer(b"".join([encoded[i] for i in rest.tolist()]), np.uint8)
+        lower = b | np.uint8(0x20)
+        plain = ((lower >= ord("a")) & (lower <= ord("z"))) | ((b >= ord("0")) & (b <= ord("9"))) | (b == ord(" "))
+        plain |= (b >= 0x80) & (b < 0xC0)  # UTF-8 continuation bytes: their character counted at its lead byte
+        may[rest] = _per_text(~plain, nbytes[rest]) >= min_share * chars[rest]
+    return may
+
+
+def _per_text(flags: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The True flags of each text (``flags`` holds the texts' back to back, ``lengths`` each one's
+    share): one ``reduceat`` over the non-empty texts (10x a cumsum of bools into int64)."""
+    counts = np.zeros(len(lengths), np.int64)
+    full = lengths > 0
+    if full.any():
+        counts[full] = np.add.reduceat(flags, lengths_to_offsets(lengths)[:-1][full], dtype=np.int64)
+    return counts
+
+
 class SingleCharTable:
     """Vocabulary ids of the characters a BERT WordPiece tokenizer always makes a word of their own.
 
@@ -108,6 +139,13 @@ class SingleCharTable:
     def _confirmed_one(tok: Tokenizer, ch: str) -> bool:
         words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(f"a{ch}a"))]
         return words == ["a", ch, "a"]
+
+    def may_take(self, texts: list[str], min_share: float = MIN_SHARE) -> np.ndarray:
+        """Per text, False where it certainly holds fewer than ``min_share`` table characters,
+        which :meth:`encode_batch` would encode whole anyway: a caller sends those to the encoder
+        itself, with its ASCII texts, and English with a few accented words skips the table's
+        pass over every code point (its share is counted exactly only for the texts passed on)."""
+        return _may_be_mostly_table(texts, min_share)
 
     def encode_batch(self, texts: list[str], encode_runs, min_share: float = MIN_SHARE) -> tuple[np.ndarray, np.ndarray]:
         """Ids and per-text lengths: table characters from the table, the runs of other

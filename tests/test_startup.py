@@ -1,0 +1,46 @@
+"""What a whole ``mlm-pipeline prepare`` process loads: a local run must not pay for modules it never
+uses (each is start-up CPU time of every run, what a user timing the command from the shell sees)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SAMPLE_TEXT, VOCAB
+
+# Run the CLI as ``mlm-pipeline`` does, then list which of the given modules were imported.
+_RUN = """
+import json, runpy, sys
+watched = json.loads(sys.argv[1])
+sys.argv = ["mlm-pipeline", *sys.argv[2:]]
+try:
+    runpy.run_module("mlm_pipeline.cli", run_name="__main__")
+except SystemExit as exc:
+    if exc.code:
+        raise
+print(json.dumps(sorted(m for m in watched if m in sys.modules)))
+"""
+
+NOT_IN_A_LOCAL_RUN = ["pandas"]
+"""Modules a local TFRecord or Parquet ``prepare`` does not import (pyarrow's ``pa.scalar`` and
+``pa.array`` import pandas, when it is installed, just to probe for its types: ~0.2 s)."""
+
+
+def modules_loaded(args: list[str], watched: list[str]) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-c", _RUN, json.dumps(watched), *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "parquet"])
+def test_a_local_prepare_loads_no_module_it_does_not_use(tmp_path, fmt):
+    args = ["prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "out"), "-t", str(VOCAB), "--workers", "1",
+            "--no-progress", "--format", fmt, "--dupe-factor", "2"]
+    assert modules_loaded(args, NOT_IN_A_LOCAL_RUN) == []
+    assert (tmp_path / "out" / "manifest.json").exists()
