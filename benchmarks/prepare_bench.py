@@ -864,6 +864,21 @@ def held_out_figures(result: dict, args, sizes: list[int], variants: list[str], 
               f"{fmt(inside['cpu_ratio_vs_raw']):>15} {fmt(inside['ratio_vs_raw']):>16}")
 
 
+def run_rounds(label: str, these: list[str], inp: Path, args, work: Path, pycache: Path, vocab: Path | None) -> dict:
+    """``args.repeats`` rounds of the variants ``these`` on ``inp`` with tokenizer ``vocab``, in a
+    rotated order: the bytes, every round and the summary (a second corpus or tokenizer's case)."""
+    size = inp.stat().st_size
+    rounds = []
+    for r in range(args.repeats):
+        rnd = {}
+        for v in these[r % len(these):] + these[: r % len(these)]:
+            rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=vocab), args.timeout, pycache)
+            print(f"  [{label} round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
+                  f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
+        rounds.append(rnd)
+    return {"bytes": size, "rounds": rounds, **summarize(rounds, size)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", type=Path, default=DEFAULT_SOURCE,
@@ -1002,41 +1017,19 @@ def main(argv: list[str] | None = None) -> int:
             print("\npeak RSS of one worker (tf-d1, tasks of several blocks) by input size: "
                   + ", ".join(f"{k}: {v:.0f} MB" for k, v in rss.items()) + f"  (max/min {hi / lo:.2f})")
         if args.zh_input is not None:
-            these = [v for v in SECOND_LANGUAGE_VARIANTS if v in variants]
             inp = build_input(args.zh_input, args.zh_size, work / "input-zh.txt")
-            size = inp.stat().st_size
-            rounds = []
-            for r in range(args.repeats):
-                order = these[r % len(these):] + these[: r % len(these)]
-                rnd = {}
-                for v in order:
-                    rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=args.zh_vocab), args.timeout,
-                                               pycache)
-                    print(f"  [second corpus round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
-                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
-                rounds.append(rnd)
-            summary = summarize(rounds, size)
-            result["second_corpus"] = {"source": args.zh_input.name, "bytes": size, "rounds": rounds, **summary}
-            print_summary(f"second corpus {args.zh_input.name} ({size:,} bytes), {args.repeats} round(s), medians",
-                          summary)
+            result["second_corpus"] = {"source": args.zh_input.name, **run_rounds(
+                "second corpus", [v for v in SECOND_LANGUAGE_VARIANTS if v in variants], inp, args, work, pycache,
+                args.zh_vocab)}
+            print_summary(f"second corpus {args.zh_input.name} ({inp.stat().st_size:,} bytes), {args.repeats} round(s), "
+                          "medians", result["second_corpus"])
             remove_input(inp)
         if args.bpe_vocab is not None:
-            these = [v for v in BPE_VARIANTS if v in variants]
             inp = build_input(args.input, args.bpe_size, work / "input-bpe.txt")
-            size = inp.stat().st_size
-            rounds = []
-            for r in range(args.repeats):
-                rnd = {}
-                for v in these[r % len(these):] + these[: r % len(these)]:
-                    rnd[v] = res = run_variant(spec_for(v, inp, size, args, work, vocab=args.bpe_vocab), args.timeout,
-                                               pycache)
-                    print(f"  [BPE round {r + 1}/{args.repeats}] {v:<10} {size / 1e6 / res['seconds']:6.2f} MB/s "
-                          f"{res['seconds']:7.2f} s  peak RSS {res['self_peak_rss_mb']:.0f} MB", flush=True)
-                rounds.append(rnd)
-            summary = summarize(rounds, size)
-            result["bpe"] = {"vocab": args.bpe_vocab.name, "bytes": size, "rounds": rounds, **summary}
-            print_summary(f"byte-level BPE {args.bpe_vocab.name} ({size:,} bytes), {args.repeats} round(s), medians",
-                          summary)
+            result["bpe"] = {"vocab": args.bpe_vocab.name, **run_rounds(
+                "BPE", [v for v in BPE_VARIANTS if v in variants], inp, args, work, pycache, args.bpe_vocab)}
+            print_summary(f"byte-level BPE {args.bpe_vocab.name} ({inp.stat().st_size:,} bytes), {args.repeats} "
+                          "round(s), medians", result["bpe"])
             remove_input(inp)
         if args.startup_repeats:
             tiny = build_input(args.input, 4 << 10, work / "input-tiny.txt")

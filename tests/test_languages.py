@@ -238,18 +238,23 @@ def test_language_field_labels_each_record(corpus, tmp_path, fmt):
     assert set(per) == {"en", "zh", "und"}
     assert per["und"]["documents"] == 2  # no field, an empty one
     batch = _shards(tmp_path / "out", manifest)
-    vocab = _vocab()
-    for i in range(len(batch)):
-        row = batch.input_ids[batch.offsets[i]:batch.offsets[i + 1]].copy()
-        masked = batch.masked_lm_positions[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
-        row[masked] = batch.masked_lm_ids[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
-        text = re.sub(r"\[(CLS|SEP|UNK)\]", "", "".join(vocab[t] for t in row))
+    for i, text in enumerate(_unmasked_texts(batch)):
         assert bool(CJK.search(text)) == (batch.languages[i] == "zh"), (i, batch.languages[i], text[:60])
     q = manifest["languages"]["target_shares"]
     lengths = np.diff(batch.offsets)
     for code in ("en", "zh"):
         share = lengths[batch.languages == code].sum() / lengths.sum()
         assert abs(share - q[code]) <= 0.02, (code, share, q[code])
+
+
+def _unmasked_texts(batch):
+    """Each row's text with its masks undone and its special tokens left out."""
+    vocab = _vocab()
+    for i in range(len(batch)):
+        row = batch.input_ids[batch.offsets[i]:batch.offsets[i + 1]].copy()
+        masked = batch.masked_lm_positions[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
+        row[masked] = batch.masked_lm_ids[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
+        yield re.sub(r"\[(CLS|SEP|UNK)\]", "", "".join(vocab[t] for t in row))
 
 
 def test_language_detect_labels_unlabelled_documents(corpus, tmp_path):
@@ -263,12 +268,7 @@ def test_language_detect_labels_unlabelled_documents(corpus, tmp_path):
     # and one as fr (51 zh); WikiText's headings (" = = FA Cup = = ") as ceb: 25 of 261 paragraphs (236 en)
     assert per["zh"]["documents"] >= 50 and per["en"]["documents"] >= 230
     batch = _shards(tmp_path / "out", manifest)
-    vocab = _vocab()
-    for i in range(len(batch)):
-        row = batch.input_ids[batch.offsets[i]:batch.offsets[i + 1]].copy()
-        masked = batch.masked_lm_positions[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
-        row[masked] = batch.masked_lm_ids[batch.masked_offsets[i]:batch.masked_offsets[i + 1]]
-        text = re.sub(r"\[(CLS|SEP|UNK)\]", "", "".join(vocab[t] for t in row))
+    for i, text in enumerate(_unmasked_texts(batch)):
         if batch.languages[i] == "zh":
             assert CJK.search(text), (i, text[:60])
         elif batch.languages[i] == "en":
