@@ -181,9 +181,12 @@ REQUIRED = {"inputs": ["a.txt"], "output": "out", "tokenizer": "vocab.txt"}
 COMPANIONS = {"task_rank": {"task_count": 2}, "task_count": {"task_rank": 0}, "random_next_sentence": {"objective": "sop"},
               # a masking scheme's parameters go with that scheme
               **{name: {"masking_scheme": "ngram"} for name in ("ngram", "favor_shorter_ngram")},
-              **{name: {"masking_scheme": "span"} for name in ("geometric_p", "span_lower", "span_upper")}}
+              **{name: {"masking_scheme": "span"} for name in ("geometric_p", "span_lower", "span_upper")},
+              # packed's packings, MDS's compression, language sampling (of labelled inputs)
+              **{name: {"objective": "packed"} for name in ("packing", "cross_document")},
+              "mds_compression": {"format": "mds"}, "language_alpha": {"language": ["en=x.txt"]}}
 # settings parsed from text that is not a size
-OTHER_VALUES = {"wiki_namespaces": "0,14"}
+OTHER_VALUES = {"wiki_namespaces": "0,14", "language": ["en=x.txt", "zh=y.txt"], "language_alpha": 0.3}
 
 
 def parsing_app(model=PrepareConfig):
@@ -228,6 +231,8 @@ def cli_args(param, value) -> list[str]:
         return list(value)
     if isinstance(value, bool):
         return [param.opts[0] if value else param.secondary_opts[0]]
+    if isinstance(value, list):  # an option given once per value
+        return [x for v in value for x in (param.opts[0], v)]
     return [param.opts[0], str(value)]
 
 
@@ -244,7 +249,8 @@ def required_args(but: str) -> list[str]:
 
 
 def companion_args(name: str) -> list[str]:
-    return [x for k, v in COMPANIONS.get(name, {}).items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    return [x for k, v in COMPANIONS.get(name, {}).items() for item in (v if isinstance(v, list) else [v])
+            for x in (f"--{k.replace('_', '-')}", str(item))]
 
 
 @pytest.mark.parametrize("s", settings_of(PrepareConfig), ids=lambda s: s.name)

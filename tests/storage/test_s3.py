@@ -55,8 +55,8 @@ def test_s3_input_and_output_equal_local_run(seaweedfs, s3_inputs, local_baselin
     keys = seaweedfs.keys(out)
     shard_keys = sorted(s["path"] for s in manifest["shards"])
     assert [k for k in keys if k.startswith("shards/")] == shard_keys
-    assert sorted(k for k in keys if not k.startswith(("shards/", "_tasks/"))) == ["_plan.json", "_run.json",
-                                                                                   "manifest.json"]
+    assert sorted(k for k in keys if not k.startswith(("shards/", "_tasks/"))) == ["README.md", "_plan.json", "_run.json",
+                                                                                   "manifest.json"]  # (the dataset card)
     assert len([k for k in keys if k.startswith("_tasks/")]) == manifest["tasks"]
     for s in manifest["shards"]:
         assert _object(seaweedfs, f"{out}/{s['path']}") == (local_baseline["_dir"] / s["path"]).read_bytes()

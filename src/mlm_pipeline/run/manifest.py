@@ -124,10 +124,16 @@ def write_manifest(config: PrepareConfig, record: dict, plan: Plan, done: Comple
 
 def write_run_files(output: str, manifest: dict) -> None:
     """Write the run's files beside its shards (:func:`mlm_pipeline.formats.run_files`), each
-    atomically; called before ``manifest.json`` is written. Every finisher writes the same bytes,
-    so two that finish together leave the same files."""
+    atomically, unless it already holds those bytes; called before ``manifest.json`` is written.
+    Every finisher writes the same bytes, so two that finish together leave the same files."""
     for relative, data in run_files(manifest).items():
-        fs.atomic_write_bytes(fs.join(output, relative), data)
+        url = fs.join(output, relative)
+        try:
+            if fs.read_bytes(url) == data:  # a finished run's, as they are: nothing written (a read-only output)
+                continue
+        except OSError:  # not there yet
+            pass
+        fs.atomic_write_bytes(url, data)
 
 
 def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict],
