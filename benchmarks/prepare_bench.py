@@ -345,14 +345,12 @@ def _child_fast(spec: dict) -> dict:
     stripped non-blank lines as ``raw``."""
     from mlm_pipeline.tokenize import load_tokenizer
 
-    name = load_tokenizer(spec["vocab"]).encoder.name  # (not timed: which backend auto takes)
-    if name == "hf":
-        raise SystemExit(f"no fast backend encodes {spec['vocab']}")
-    load_tokenizer.cache_clear()
     batch_lines = spec["batch_lines"]
     cpu = _cpu_seconds()
     started = time.perf_counter()
     encoder = load_tokenizer(spec["vocab"]).encoder
+    if encoder.name == "hf":
+        raise SystemExit(f"no fast backend encodes {spec['vocab']}")
     tokens = lines = 0
     batch: list[str] = []
 
