@@ -38,6 +38,16 @@ def named(url: str, exc: BaseException) -> BaseException:
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
+UINT16_VOCAB = 1 << 16
+"""Vocabularies up to this many entries store ids as uint16, larger ones as uint32 (mmBERT's 256k)."""
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The unsigned type a format stores token ids in for a tokenizer of ``vocab_size`` entries:
+    uint16 while every id fits, else uint32 (one rule for Parquet, MDS and HF datasets; Megatron's
+    is its own library's)."""
+    return np.dtype(np.uint16 if vocab_size <= UINT16_VOCAB else np.uint32)
+
 
 class ShardWriter(Protocol):
     """Appends blocks of instances to one shard file (an open binary file it does not close).

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat, ShardLayout
+from mlm_pipeline.formats.base import OutputFormat, ShardLayout, id_dtype
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
 
 IGNORE = -100
@@ -57,7 +57,7 @@ _NUMPY_TYPES = {pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.int8(): np.in
 
 def ids_type(vocab_size: int | None) -> pa.DataType:
     """``uint16`` while every id fits (a vocabulary of at most 65,536), else ``uint32``."""
-    return pa.uint16() if vocab_size is not None and vocab_size <= 1 << 16 else pa.uint32()
+    return pa.from_numpy_dtype(id_dtype(vocab_size)) if vocab_size is not None else pa.uint32()
 
 
 def _feature(typ: pa.DataType) -> dict:

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat
+from mlm_pipeline.formats.base import OutputFormat, id_dtype
 from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges, lengths_to_offsets
 
 SIZE_LIMIT = 1 << 26
@@ -63,7 +63,7 @@ def raw_basename(path: str, raw_sha256: str) -> str:
 
 
 def _id_dtype(vocab_size: int | None) -> str:
-    return "uint16" if vocab_size is not None and vocab_size <= 1 << 16 else "uint32"
+    return id_dtype(vocab_size).name if vocab_size is not None else "uint32"
 
 
 def _position_dtype(max_seq_length: int | None) -> str:

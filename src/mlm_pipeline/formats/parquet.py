@@ -22,19 +22,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat, ShardLayout
+from mlm_pipeline.formats.base import OutputFormat, ShardLayout, id_dtype
 from mlm_pipeline.instances.batch import InstanceBatch
-
-UINT16_VOCAB = 1 << 16
-"""Vocabularies up to this many entries store ids as uint16, larger ones as uint32 (mmBERT's 256k)."""
-
 
 def id_type(vocab_size: int | None) -> pa.DataType:
     """The Arrow type of ``input_ids`` and ``masked_lm_ids`` for a tokenizer of ``vocab_size``
     entries (``None``, a writer not told the vocabulary: int32, as shards were written before)."""
     if vocab_size is None:
         return pa.int32()
-    return pa.uint16() if vocab_size <= UINT16_VOCAB else pa.uint32()
+    return pa.from_numpy_dtype(id_dtype(vocab_size))
 
 
 def schema_for(vocab_size: int | None = None, *, token_boundary: bool = False) -> pa.Schema:
