@@ -257,3 +257,20 @@ def test_a_writer_is_told_the_tokenizer_s_vocabulary_size(tmp_path):
     finally:
         unregister_output_format("jsonl")
     assert sizes and set(sizes) == {30522}
+
+
+def test_a_link_planted_where_a_run_file_goes_is_replaced_never_followed(tmp_path):
+    """The run's files (the dataset card here) are compared with what lies there without
+    following a link, and a link is replaced by the file: its target is neither read nor written."""
+    from mlm_pipeline.run.manifest import finalize
+
+    _prepare(tmp_path / "pq", "parquet")
+    card = tmp_path / "pq" / "README.md"
+    written = card.read_bytes()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(written)  # the same bytes: a followed link would look up to date
+    card.unlink()
+    card.symlink_to(outside)
+    finalize(str(tmp_path / "pq"), force=True)
+    assert not card.is_symlink() and card.read_bytes() == written
+    assert outside.read_bytes() == written

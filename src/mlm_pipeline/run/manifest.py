@@ -126,14 +126,11 @@ def write_run_files(output: str, manifest: dict) -> None:
     """Write the run's files beside its shards (:func:`mlm_pipeline.formats.run_files`), each
     atomically, unless it already holds those bytes; called before ``manifest.json`` is written.
     Every finisher writes the same bytes, so two that finish together leave the same files."""
-    for relative, data in run_files(manifest).items():
-        url = fs.join(output, relative)
-        try:
-            if fs.read_bytes(url) == data:  # a finished run's, as they are: nothing written (a read-only output)
-                continue
-        except OSError:  # not there yet
-            pass
-        fs.atomic_write_bytes(url, data)
+    files = {fs.join(output, relative): data for relative, data in run_files(manifest).items()}
+    # read as markers are (never through a link; None where there is none yet), all at once
+    for (url, data), existing in zip(files.items(), fs.read_many(list(files))):
+        if existing != data:  # a finished run's, as they are: nothing written (a read-only output)
+            fs.atomic_write_bytes(url, data)
 
 
 def write_manifest_once(config: PrepareConfig, record: dict, plan: Plan, done: CompletedTasks | Iterable[dict],
