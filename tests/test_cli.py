@@ -184,7 +184,9 @@ COMPANIONS = {"task_rank": {"task_count": 2}, "task_count": {"task_rank": 0}, "r
               **{name: {"masking_scheme": "span"} for name in ("geometric_p", "span_lower", "span_upper")},
               # packed's packings, MDS's compression, language sampling (of labelled inputs)
               **{name: {"objective": "packed"} for name in ("packing", "cross_document")},
-              "mds_compression": {"format": "mds"}, "language_alpha": {"language": ["en=x.txt"]}}
+              "mds_compression": {"format": "mds"}, "language_alpha": {"language": ["en=x.txt"]},
+              # an instance's source records go to a format with columns for them
+              **{name: {"format": "parquet"} for name in ("id_field", "metadata_field")}}
 # settings parsed from text that is not a size
 OTHER_VALUES = {"wiki_namespaces": "0,14", "language": ["en=x.txt", "zh=y.txt"], "language_alpha": 0.3}
 
