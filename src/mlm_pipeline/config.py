@@ -212,11 +212,9 @@ class PrepareConfig(BaseModel):
     language_field: str | None = setting(
         None, "input", "JSONL/Parquet field naming each record's language.", metavar="FIELD")
     id_field: str | None = setting(
-        None, "input", "JSONL/Parquet field holding each record's id: each instance lists the ids of its "
-        "documents (not tfrecord, megatron).", metavar="FIELD")
+        None, "input", "JSONL/Parquet record id field, kept per instance (parquet, mds, hf).", metavar="FIELD")
     metadata_field: str | None = setting(
-        None, "input", "JSONL/Parquet field(s), comma-separated, kept per document as JSON, like --id-field.",
-        metavar="FIELD")
+        None, "input", "JSONL/Parquet metadata field(s) a,b, kept per instance as JSON.", metavar="FIELD")
     language_detect: bool = setting(
         False, "input", "Documents without a language: detect it (fastText lid.176; the langid extra).")
     language_alpha: float | None = setting(
