@@ -198,6 +198,23 @@ def test_records_without_an_id_are_counted_and_integer_ids_kept_as_text(tmp_path
             assert json.loads(meta) == {"url": f"https://example.org/{n}", "score": n / 2}
 
 
+def test_the_training_loader_gives_each_samples_records(curated, tmp_path):
+    pytest.importorskip("torch")
+    from mlm_pipeline.torch import MLMDataset
+
+    _prepare([curated["root"] / "jsonl"], tmp_path / "out", objective="packed", max_instances_per_shard=100)
+    expected = _rows(tmp_path / "out")
+    dataset = MLMDataset(str(tmp_path / "out"), shuffle=False)
+    samples = list(dataset)
+    assert len(samples) == len(expected)
+    for sample in samples:
+        row = expected.row(sample["index"])
+        assert sample["document_ids"] == row["document_ids"] and sample["document_metadata"] == row["document_metadata"]
+        assert sample["input_ids"].tolist() == row["input_ids"]
+    batch = dataset.collator()(samples[:8])  # the collator takes such samples as any others
+    assert batch["input_ids"].shape[0] == 8
+
+
 def test_inspect_shows_each_rows_records(curated, tmp_path):
     from mlm_pipeline.inspect import inspect_lines
 
@@ -239,3 +256,51 @@ def test_a_parquet_input_without_the_id_column_is_refused_at_planning(curated, t
 
     with pytest.raises(InputError, match="no column 'doc_id'"):
         _prepare([curated["root"] / "parquet"], tmp_path / "out", objective="packed", id_field="doc_id")
+
+
+@pytest.fixture(scope="module")
+def three_formats(curated, tmp_path_factory) -> dict:
+    """The same nsp run (the datatrove Parquet input) written as Parquet, MDS and HF."""
+    root = tmp_path_factory.mktemp("formats")
+    return {fmt: (root / fmt, _prepare([curated["root"] / "parquet"], root / fmt, objective="nsp", format=fmt,
+                                       masking="static", max_instances_per_shard=150))
+            for fmt in ("parquet", "mds", "hf")}
+
+
+def _expected_rows(three_formats) -> list[tuple[list, list]]:
+    batch = _rows(three_formats["parquet"][0])
+    return [(r["document_ids"], r["document_metadata"]) for r in map(batch.row, range(len(batch)))]
+
+
+def test_hf_load_from_disk_gives_the_records_typed(three_formats):
+    datasets = pytest.importorskip("datasets")
+
+    ds = datasets.load_from_disk(str(three_formats["hf"][0]))
+    for name in ("document_ids", "document_metadata"):
+        assert ds.features[name] in (datasets.List(datasets.Value("string")),
+                                     datasets.Sequence(datasets.Value("string")))
+    assert list(zip(ds["document_ids"], ds["document_metadata"])) == _expected_rows(three_formats)
+    back = _rows(three_formats["hf"][0])  # and through our own reader
+    assert back.document_ids.tolist() == [i for ids, _ in _expected_rows(three_formats) for i in ids]
+
+
+def test_streaming_dataset_gives_each_instances_records(three_formats):
+    from test_mds import import_streaming  # (its way round streaming's torchvision import)
+
+    streaming = import_streaming()
+    out, manifest = three_formats["mds"]
+    assert len(manifest["shards"]) > 1
+    dataset = streaming.StreamingDataset(local=str(out), shuffle=False, batch_size=1)
+    got = [(sample["document_ids"], sample["document_metadata"]) for sample in dataset]
+    assert got == _expected_rows(three_formats)
+    back = _rows(out)  # and through our own reader
+    assert [(r["document_ids"], r["document_metadata"]) for r in map(back.row, range(len(back)))] == got
+    # the first shard is byte for byte what streaming's own MDSWriter writes of the same samples
+    entry = json.loads((out / "index.json").read_bytes())["shards"][0]
+    columns = dict(zip(entry["column_names"], entry["column_encodings"]))
+    assert columns["document_ids"] == columns["document_metadata"] == "json"
+    with streaming.MDSWriter(out=str(out.parent / "theirs"), columns=columns, hashes=["sha256"],
+                             size_limit=entry["size_limit"]) as writer:
+        for i in range(manifest["shards"][0]["instances"]):
+            writer.write(dataset[i])
+    assert (out.parent / "theirs" / "shard.00000.mds").read_bytes() == (out / manifest["shards"][0]["path"]).read_bytes()

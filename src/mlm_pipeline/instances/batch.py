@@ -131,13 +131,15 @@ def _take_ragged(values: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> 
 
 def _concat_sources(batches: list["InstanceBatch"]) -> dict:
     """The source fields of ``batches`` one after another (those the first batch has)."""
-    first = batches[0]
-    if first.source_offsets is None:
+    names = [name for name in InstanceBatch._SOURCE_FIELDS if any(getattr(b, name) is not None for b in batches)]
+    if not names:
         return {}
-    out = {"source_offsets": lengths_to_offsets(np.concatenate([np.diff(b.source_offsets) for b in batches]))}
-    for name in InstanceBatch._SOURCE_FIELDS:
-        if getattr(first, name) is not None:
-            out[name] = np.concatenate([getattr(b, name) for b in batches])
+    # a batch without them (an empty shard's) has no source for its rows
+    out = {"source_offsets": lengths_to_offsets(np.concatenate(
+        [np.diff(b.source_offsets) if b.source_offsets is not None else np.zeros(len(b), np.int64) for b in batches]))}
+    for name in names:
+        out[name] = np.concatenate([getattr(b, name) if getattr(b, name) is not None else np.zeros(0, object)
+                                    for b in batches])
     return out
 
 
