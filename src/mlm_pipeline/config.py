@@ -461,8 +461,15 @@ class PrepareConfig(BaseModel):
         return {k: v for k, v in self.output_settings().items() if k not in by_content_names(type(self))}
 
     def output_fingerprint(self) -> str:
-        blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
+        """SHA-256 of the compared settings; those of :data:`LEFT_OUT_UNSET` only when set, so
+        that a run begun before they existed keeps its fingerprint (its task markers count)."""
+        settings = {k: v for k, v in self.compared_settings().items() if not (k in LEFT_OUT_UNSET and v is None)}
+        blob = json.dumps(settings, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+LEFT_OUT_UNSET = ("id_field", "metadata_field")
+"""Settings added after runs were recorded whose unset value (None) changes no output byte."""
 
 
 MASKING_PARAMETERS = ("ngram", "favor_shorter_ngram", "geometric_p", "span_lower", "span_upper")

@@ -9,6 +9,7 @@ record's own tokens (an independent tokenization of its text with HF ``tokenizer
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -304,3 +305,36 @@ def test_streaming_dataset_gives_each_instances_records(three_formats):
         for i in range(manifest["shards"][0]["instances"]):
             writer.write(dataset[i])
     assert (out.parent / "theirs" / "shard.00000.mds").read_bytes() == (out / manifest["shards"][0]["path"]).read_bytes()
+
+
+def test_a_run_of_an_earlier_version_resumes_and_one_asking_for_ids_is_refused(curated, tmp_path):
+    """A run recorded before these settings existed (its record lacks them, its task markers carry
+    the fingerprint of its settings) resumes with every task done; the same output asked for
+    ids is refused, as any other change of settings."""
+    from mlm_pipeline.errors import OutputError
+    from mlm_pipeline.run import layout
+
+    out = tmp_path / "out"
+    plain = {"objective": "packed", "id_field": None, "metadata_field": None, "split_bytes": "64KiB"}
+    first = _prepare([curated["root"] / "plain"], out, **plain)
+    record = json.loads((out / layout.RUN_FILE).read_text())
+    for name in ("id_field", "metadata_field"):
+        del record["settings"][name]
+    (out / layout.RUN_FILE).write_text(json.dumps(record))
+    # its markers' fingerprint: as an earlier version computed it, from settings without these two
+    from mlm_pipeline.config import build_config
+
+    earlier = build_config({"inputs": [str(curated["root"] / "plain")], "output": str(out), "tokenizer": str(VOCAB),
+                            "format": "parquet", "masking": "none", "max_seq_length": 128, **plain}).compared_settings()
+    fingerprint = hashlib.sha256(json.dumps({k: v for k, v in earlier.items() if k not in ("id_field", "metadata_field")},
+                                            sort_keys=True).encode()).hexdigest()
+    for path in (out / layout.TASKS_DIR).glob("*.json"):
+        marker = json.loads(path.read_text())
+        assert marker["output_fingerprint"] == fingerprint  # (unset, they leave the fingerprint as it was)
+    markers = {p: p.read_bytes() for p in (out / layout.TASKS_DIR).glob("*.json")}
+    (out / "manifest.json").unlink()
+    again = _prepare([curated["root"] / "plain"], out, **plain)
+    assert again["shards"] == first["shards"] and len(markers) == first["tasks"] > 1
+    assert all(p.read_bytes() == data for p, data in markers.items())  # no task ran again
+    with pytest.raises(OutputError, match="id-field"):
+        _prepare([curated["root"] / "plain"], out, objective="packed", split_bytes="64KiB")
