@@ -338,3 +338,10 @@ def test_a_run_of_an_earlier_version_resumes_and_one_asking_for_ids_is_refused(c
     assert all(p.read_bytes() == data for p, data in markers.items())  # no task ran again
     with pytest.raises(OutputError, match="id-field"):
         _prepare([curated["root"] / "plain"], out, objective="packed", split_bytes="64KiB")
+
+
+def test_the_dataset_card_describes_the_columns(three_formats):
+    for fmt in ("parquet", "hf", "mds"):
+        card = (three_formats[fmt][0] / "README.md").read_text()
+        assert "`document_ids`" in card and "the `id` of each input record" in card, fmt
+        assert "`document_metadata`" in card and "their `metadata`, as JSON text" in card, fmt
