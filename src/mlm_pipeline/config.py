@@ -211,6 +211,10 @@ class PrepareConfig(BaseModel):
         "per language, PATH/en/...).", metavar="CODE=PATH", runtime=True)
     language_field: str | None = setting(
         None, "input", "JSONL/Parquet field naming each record's language.", metavar="FIELD")
+    id_field: str | None = setting(
+        None, "input", "JSONL/Parquet record id field, kept per instance (parquet, mds, hf).", metavar="FIELD")
+    metadata_field: str | None = setting(
+        None, "input", "JSONL/Parquet metadata field(s) a,b, kept per instance as JSON.", metavar="FIELD")
     language_detect: bool = setting(
         False, "input", "Documents without a language: detect it (fastText lid.176; the langid extra).")
     language_alpha: float | None = setting(
@@ -432,6 +436,7 @@ class PrepareConfig(BaseModel):
         if (self.packing != "sentences" or not self.cross_document) and self.objective != "packed":
             raise ValueError(f"--packing and --no-cross-document choose how --objective packed packs; "
                              f"--objective {self.objective} does not use them")
+        _check_sources(self)
         from mlm_pipeline.instances.documents import check_format
 
         check_format(self)  # (--format megatron takes tokenized documents only)
@@ -456,8 +461,15 @@ class PrepareConfig(BaseModel):
         return {k: v for k, v in self.output_settings().items() if k not in by_content_names(type(self))}
 
     def output_fingerprint(self) -> str:
-        blob = json.dumps(self.compared_settings(), sort_keys=True).encode()
+        """SHA-256 of the compared settings; those of :data:`LEFT_OUT_UNSET` only when set, so
+        that a run begun before they existed keeps its fingerprint (its task markers count)."""
+        settings = {k: v for k, v in self.compared_settings().items() if not (k in LEFT_OUT_UNSET and v is None)}
+        blob = json.dumps(settings, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+LEFT_OUT_UNSET = ("id_field", "metadata_field")
+"""Settings added after runs were recorded whose unset value (None) changes no output byte."""
 
 
 MASKING_PARAMETERS = ("ngram", "favor_shorter_ngram", "geometric_p", "span_lower", "span_upper")
@@ -500,6 +512,34 @@ def _check_masking_scheme(config: "PrepareConfig") -> None:
                              f"not {scheme.name}")
     if scheme.check is not None:
         scheme.check(config)
+
+
+RECORD_FORMATS = ("auto", "jsonl", "parquet")
+"""The --input-format values whose records can have an id and metadata (auto: the files' own)."""
+
+
+def _check_sources(config: "PrepareConfig") -> None:
+    """``--id-field`` and ``--metadata-field`` are refused where they cannot be honoured (rather
+    than written nowhere): reference modes, record-less input formats, formats without the columns."""
+    asked = [flag for flag, value in (("--id-field", config.id_field), ("--metadata-field", config.metadata_field))
+             if value is not None]
+    if not asked:
+        return
+    what = " and ".join(asked)
+    if config.metadata_field is not None and not any(n.strip() for n in config.metadata_field.split(",")):
+        raise ValueError(f"--metadata-field names no field: {config.metadata_field!r}")
+    if config.reference:
+        raise ValueError(f"--reference writes what its reference script writes, which names no source records: "
+                         f"leave out {what}")
+    if config.input_format not in RECORD_FORMATS:
+        raise ValueError(f"{what} name fields of JSONL records and Parquet rows: --input-format "
+                         f"{config.input_format} has no such fields")
+    from mlm_pipeline.formats import get_output_format, output_format_names
+
+    if not get_output_format(config.format).carries_sources:
+        able = [name for name in output_format_names() if get_output_format(name).carries_sources]
+        raise ValueError(f"{what}: --format {config.format} has no column for each instance's source records "
+                         f"(use --format {' or '.join(able)}, or leave out {what})")
 
 
 def _hub_name(tokenizer: str) -> bool:

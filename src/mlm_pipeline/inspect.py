@@ -127,7 +127,10 @@ def format_instance(batch: InstanceBatch, i: int, tok, *, nsp: bool = True,
         head += f"  documents at {', '.join(map(str, row['document_starts']))}"
     if nsp and "next_sentence_label" in row:
         head += f"  next_sentence_label {row['next_sentence_label']} ({label_names[row['next_sentence_label']]})"
-    return f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"
+    text = f"{head}\n  {' '.join(tokens)}\n  masked: {labels or '(none)'}"
+    if "document_ids" in row:  # (--id-field: the input records its tokens come from)
+        text += f"\n  from: {', '.join(row['document_ids'])}"
+    return text
 
 
 SHARD_HEADER = "== "  # starts the line naming each shard shown (the CLI sends it to stderr with --json)

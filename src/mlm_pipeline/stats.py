@@ -31,6 +31,7 @@ class ReadStats:
     pages_cut: int = 0  # Wikipedia dump pages longer than the page cap, read up to it
     trailing_bytes_ignored: int = 0  # bytes after a bz2 dump's last stream that are not bz2 data
     unknown_marked: int = 0  # words the input itself marks unknown (WikiText's <unk>), read as the unknown token
+    documents_without_id: int = 0  # records without the --id-field (kept, with the empty string as id)
 
     def count_document(self, sentences: list[str], replaced: bool) -> bool:
         """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
@@ -60,6 +61,7 @@ class ReadStats:
             **({"pages_cut": self.pages_cut} if self.pages_cut else {}),
             **({"trailing_bytes_ignored": self.trailing_bytes_ignored} if self.trailing_bytes_ignored else {}),
             **({"unknown_marked": self.unknown_marked} if self.unknown_marked else {}),
+            **({"documents_without_id": self.documents_without_id} if self.documents_without_id else {}),
         }
 
 

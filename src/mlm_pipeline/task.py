@@ -61,7 +61,8 @@ def tokenize_documents(
     if empty_docs:
         stats.skip("no_tokens", empty_docs)
         stats.documents_read -= empty_docs
-    return TokenizedDocs(ids=ids, sentence_lengths=lens[keep], doc_sentences=doc_sentences[doc_sentences > 0])
+    return TokenizedDocs(ids=ids, sentence_lengths=lens[keep], doc_sentences=doc_sentences[doc_sentences > 0],
+                         read_index=np.flatnonzero(doc_sentences))
 
 
 UNKNOWN_WORD_TEXTS = 50
@@ -260,8 +261,24 @@ def _process_block(
         if language is not None:
             batch.languages = np.full(len(batch), language)
             block_stats.count_instances(language, batch)
+        if batch.source_documents is not None:
+            name_sources(batch, documents, pass_docs.read_index, config)
         block_stats.add(batch, counts, mask_stats, len(docs.ids) if k == 0 else 0)
         sink.write(batch)
+
+
+def name_sources(batch: InstanceBatch, documents: list[list[str]], read_index: np.ndarray, config: PrepareConfig) -> None:
+    """Fill ``batch.document_ids`` and ``document_metadata`` (as asked) from the records of the
+    block's ``documents`` that its rows come from (``source_documents``: indices into the tokenized
+    block, whose ``read_index`` maps them back to ``documents``). A document that is not a record
+    (a text file read among JSONL ones) has the empty string for both."""
+    which = read_index[batch.source_documents]
+    for attribute, field, wanted in (("id", "document_ids", config.id_field),
+                                     ("metadata", "document_metadata", config.metadata_field)):
+        if wanted is not None:  # (one value per document read, then one gather: copies cost no Python)
+            per_document = np.array([getattr(doc, attribute, None) or "" for doc in documents], dtype=object)
+            setattr(batch, field, per_document[which])
+    batch.source_documents = None  # (indices into this block only: not written)
 
 
 def _select_documents(docs: TokenizedDocs, keep: np.ndarray) -> TokenizedDocs:
@@ -272,7 +289,8 @@ def _select_documents(docs: TokenizedDocs, keep: np.ndarray) -> TokenizedDocs:
     lengths = token_bounds[doc_bounds[1:]] - starts
     (ids,) = gather_ranges((docs.ids,), starts[keep], lengths[keep])
     (sentence_lengths,) = gather_ranges((docs.sentence_lengths,), doc_bounds[:-1][keep], docs.doc_sentences[keep])
-    return TokenizedDocs(ids=ids, sentence_lengths=sentence_lengths, doc_sentences=docs.doc_sentences[keep])
+    return TokenizedDocs(ids=ids, sentence_lengths=sentence_lengths, doc_sentences=docs.doc_sentences[keep],
+                         read_index=None if docs.read_index is None else docs.read_index[keep])
 
 
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,

@@ -131,6 +131,9 @@ class OutputFormat:
             manifest entry (``companions``), which ``verify`` and resume check as they check the shard.
         layout_version: raised when the shards' layout changes (a column's type): a run records
             it, and one started under another version is not resumed, so no output mixes both.
+        carries_sources: the format writes and reads the batch's ``document_ids`` and
+            ``document_metadata`` (each row's source records: ``--id-field``,
+            ``--metadata-field``); a run asking for them with another format is refused.
     """
 
     name: str
@@ -142,6 +145,7 @@ class OutputFormat:
     suffix: str | None = None
     companions: tuple[str, ...] = ()
     layout_version: int = 1
+    carries_sources: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

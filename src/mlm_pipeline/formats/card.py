@@ -79,7 +79,20 @@ def _loading(fmt: str, extension: str) -> list[str]:
             "`--format parquet` or `--format hf`."]
 
 
+def _source_columns(manifest: dict) -> list[tuple[str, str]]:
+    """The columns naming each row's input records, when the run was asked for them."""
+    config = manifest.get("config", {})
+    rows = []
+    if config.get("id_field"):
+        rows.append(("document_ids", f"the `{config['id_field']}` of each input record the row's tokens come from, "
+                                     "in the order they come (list of strings)"))
+    if config.get("metadata_field"):
+        rows.append(("document_metadata", f"their `{config['metadata_field']}`, as JSON text (list of strings)"))
+    return rows
+
+
 def _columns(manifest: dict, fmt: str) -> list[str]:
+    sources = _source_columns(manifest)
     if fmt == "hf":
         rows = [("input_ids", "token ids (uint16, or uint32 for a vocabulary over 65,536)"),
                 ("token_type_ids", "segment ids (int8)")]
@@ -92,10 +105,13 @@ def _columns(manifest: dict, fmt: str) -> list[str]:
             rows.append(("token_boundary", "ALBERT's feature: 1 where a word starts (int8)"))
         rows.append(("document_starts", "packed rows with document boundaries only: where each document begins"))
         rows.append(("language", "language-sampled mixes only: the row's language"))
+        rows += sources
         return ["| column | holds |", "|---|---|", *(f"| `{name}` | {what} |" for name, what in rows)]
     return ["The columns are the features of google-research/bert's `run_pretraining.py` (`input_ids`, "
             "`input_mask`, `segment_ids`, `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, "
-            "`next_sentence_labels`), as mlm-pipeline's documentation of output formats describes."]
+            "`next_sentence_labels`), as mlm-pipeline's documentation of output formats describes."
+            + (" Besides them:" if sources else ""),
+            *(["", *(f"- `{name}`: {what}" for name, what in sources)] if sources else [])]
 
 
 _SETTINGS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "dupe_factor", "short_seq_prob",

@@ -19,6 +19,8 @@ padding collator is all it needs (``DataCollatorForTokenClassification`` pads ``
     token_boundary       list<int8>    sop: ALBERT's word-start feature
     document_starts      list<int32>   packed instances: where each document begins
     language             string        language-sampled mixes: the row's language
+    document_ids         list<string>  --id-field: the ids of the records the row's tokens come from
+    document_metadata    list<string>  --metadata-field: their metadata, as JSON text
 
 Each shard's schema carries its ``datasets`` features (the ``huggingface`` metadata that
 ``datasets``' own writer adds), so the types come from the shards themselves: no run-level file
@@ -81,6 +83,8 @@ def schema_of(batch: InstanceBatch, *, vocab_size: int | None, labels: bool) -> 
         fields.append(("document_starts", pa.list_(pa.int32())))
     if batch.languages is not None:
         fields.append(("language", pa.string()))
+    fields += [(name, pa.list_(pa.string())) for name in ("document_ids", "document_metadata")
+               if getattr(batch, name) is not None]
     features = {name: _feature(typ) for name, typ in fields}
     return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": features}})})
 
@@ -119,6 +123,9 @@ def batch_to_table(batch: InstanceBatch, schema: pa.Schema) -> pa.Table:
         "token_boundary": lambda typ: _list(batch.token_boundary, batch.offsets, typ),
         "document_starts": lambda typ: _list(batch.document_starts, batch.document_offsets, typ),
         "language": lambda typ: _strings(batch.languages),
+        **{name: (lambda typ, name=name: pa.ListArray.from_arrays(_array(batch.source_offsets, pa.int32()),
+                                                                  _strings(getattr(batch, name))))
+           for name in ("document_ids", "document_metadata")},
     }
     for field in schema:
         if field.name != "labels" and field.name in _SOURCE and getattr(batch, _SOURCE[field.name]) is None:
@@ -128,7 +135,8 @@ def batch_to_table(batch: InstanceBatch, schema: pa.Schema) -> pa.Table:
 
 
 _SOURCE = {"next_sentence_label": "next_sentence_labels", "token_boundary": "token_boundary",
-           "document_starts": "document_starts", "language": "languages"}
+           "document_starts": "document_starts", "language": "languages",
+           "document_ids": "document_ids", "document_metadata": "document_metadata"}
 """The column -> the optional InstanceBatch field it comes from."""
 
 
@@ -206,6 +214,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     boundary = _flat(table, "token_boundary")[0].astype(np.int8) if "token_boundary" in names else None
     starts, document_offsets = _flat(table, "document_starts") if "document_starts" in names else (None, None)
     languages = (np.array(table.column("language").to_pylist(), dtype=str) if "language" in names else None)
+    sources = {name: _strings_of(table, name) for name in ("document_ids", "document_metadata") if name in names}
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=segments.astype(np.int8),
@@ -218,7 +227,19 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         document_starts=None if starts is None else starts.astype(np.int32),
         document_offsets=document_offsets,
         languages=languages,
+        source_offsets=next((offsets for _, offsets in sources.values()), None),
+        **{name: values for name, (values, _) in sources.items()},
     )
+
+
+def _strings_of(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A list<string> column's values (an object array) and its offsets from 0."""
+    arr = table.column(name).combine_chunks()
+    if len(arr) == 0:
+        return np.zeros(0, object), np.zeros(1, np.int64)
+    offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pylist()
+    return np.array(values, dtype=object), offsets - offsets[0]
 
 
 def _open_table(url: str) -> pa.Table:
@@ -308,4 +329,4 @@ def run_files(manifest: dict) -> dict[str, bytes]:
 
 
 FORMAT = OutputFormat(name="hf", open_writer=HfShardWriter, read_shard=read_hf, open_rows=HfRows,
-                      read_layout=read_layout, run_files=run_files, suffix="arrow")
+                      read_layout=read_layout, run_files=run_files, suffix="arrow", carries_sources=True)

@@ -17,6 +17,9 @@ streaming names them):
   unless a row can be longer than 65,536 tokens;
 - ``segment_ids``, ``token_boundary`` (``sop``): ``ndarray:uint8``;
 - ``next_sentence_labels`` (``nsp``, ``sop``): ``uint8``; ``language``: ``str``;
+- ``document_ids``, ``document_metadata`` (``--id-field``, ``--metadata-field``): ``json``, a
+  list of strings per row (the records' ids; their metadata as JSON text), as streaming's JSON
+  encoding writes it (``json.dumps``), so ``StreamingDataset`` gives each row a Python list;
 - ``id``: ``str``, ``TASK-N``: the run's task id and the instance's number within that task's
   output (0, 1, ...). Unique in the run, the same whatever the worker count or executor, and
   the same as the Parquet output of the same settings numbers its rows.
@@ -94,12 +97,25 @@ def columns_of(batch: InstanceBatch, *, vocab_size: int | None, max_seq_length: 
         columns["document_starts"] = f"ndarray:{positions}"
     if batch.languages is not None:
         columns["language"] = "str"
+    for name in SOURCE_COLUMNS:
+        if getattr(batch, name) is not None:
+            columns[name] = "json"
     return dict(sorted(columns.items()))
+
+
+SOURCE_COLUMNS = ("document_ids", "document_metadata")
+"""The ``json`` columns: each row's source records (see the module docstring)."""
+
+
+def _source_texts(batch: InstanceBatch, name: str) -> list[str]:
+    """Each row's list of ``name`` values as streaming's JSON encoding writes it (``json.dumps``)."""
+    values, offsets = getattr(batch, name).tolist(), batch.source_offsets.tolist()
+    return [json.dumps(values[offsets[i]:offsets[i + 1]]) for i in range(len(batch))]
 
 
 def _fixed_size(encoding: str) -> int | None:
     """The bytes of a fixed-size column (streaming's ``column_sizes``), None for variable ones."""
-    return None if encoding == "str" or encoding.startswith("ndarray") else np.dtype(encoding).itemsize
+    return None if encoding in ("str", "json") or encoding.startswith("ndarray") else np.dtype(encoding).itemsize
 
 
 def shard_config(columns: dict[str, str], compression: str | None, size_limit: int) -> dict:
@@ -213,6 +229,8 @@ class MDSShardWriter:
                 sizes += self._id_lengths(n)
             elif name == "language":
                 sizes += _strings(batch.languages.tolist())[1]
+            elif name in SOURCE_COLUMNS:
+                sizes += _strings(_source_texts(batch, name))[1]
             elif encoding.startswith("ndarray:"):
                 count = lengths[name]
                 header = 1 + (1 << ((count >= 1 << 8).astype(np.int64) + (count >= 1 << 16)))
@@ -255,9 +273,9 @@ class MDSShardWriter:
         pieces.add(head.view(np.uint8).ravel(), np.arange(n) * 4 * len(variable), np.full(n, 4 * len(variable)))
         lengths = self._lengths(batch)
         for name, encoding in self.columns.items():
-            if name in ("id", "language"):
+            if name in ("id", "language", *SOURCE_COLUMNS):
                 texts = ([f"{self._prefix}{r}" for r in range(self._next_row, self._next_row + n)] if name == "id"
-                         else batch.languages.tolist())
+                         else batch.languages.tolist() if name == "language" else _source_texts(batch, name))
                 data, size = _strings(texts)
                 pieces.add(data, lengths_to_offsets(size)[:-1], size)
             elif encoding.startswith("ndarray:"):
@@ -405,7 +423,7 @@ def read_columns(raw: bytes | np.ndarray) -> dict[str, tuple[np.ndarray, np.ndar
             if (length - header).min(initial=0) < 0 or np.any((length - header) % dtype.itemsize):
                 raise ValueError(f"damaged MDS shard: column {name} has a partial value")
             out[name] = (values.view(dtype), lengths_to_offsets((length - header) // dtype.itemsize))
-        elif encoding == "str":
+        elif encoding in ("str", "json"):
             out[name] = (gather_ranges((data,), position, length)[0], lengths_to_offsets(length))
         else:
             out[name] = (gather_ranges((data,), position, length)[0].view(np.dtype(encoding).newbyteorder("<")), None)
@@ -429,6 +447,8 @@ def columns_to_batch(columns: dict) -> InstanceBatch:
     documents = columns.get("document_starts")
     language = columns.get("language")
     segments = columns.get("segment_ids")
+    sources = {name: [json.loads(text) for text in _texts(*columns[name])] for name in SOURCE_COLUMNS
+               if name in columns}
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=np.zeros(len(ids), np.int8) if segments is None else segments[0].astype(np.int8),
@@ -441,6 +461,9 @@ def columns_to_batch(columns: dict) -> InstanceBatch:
         document_starts=None if documents is None else documents[0].astype(np.int32),
         document_offsets=None if documents is None else documents[1],
         languages=None if language is None else np.array(_texts(*language)),
+        source_offsets=next((lengths_to_offsets(np.array([len(row) for row in rows], np.int64))
+                             for rows in sources.values()), None),
+        **{name: np.array([value for row in rows for value in row], dtype=object) for name, rows in sources.items()},
     )
 
 
@@ -545,4 +568,4 @@ def run_files(manifest: dict) -> dict[str, bytes]:
 
 
 FORMAT = OutputFormat(name="mds", open_writer=MDSShardWriter, read_shard=read_mds, open_rows=MDSRows,
-                      run_files=run_files)
+                      run_files=run_files, carries_sources=True)

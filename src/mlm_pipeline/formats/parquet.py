@@ -60,6 +60,27 @@ DOCUMENT_STARTS = pa.field("document_starts", pa.list_(pa.int32()))
 length appended, FlashAttention's ``cu_seqlens`` of the row. A few values a row, zstd-compressed."""
 LANGUAGE_FIELD = pa.field("language", pa.string())
 """Each instance's language code, the last column of a run with languages."""
+SOURCE_FIELDS = {"document_ids": pa.field("document_ids", pa.list_(pa.string())),
+                 "document_metadata": pa.field("document_metadata", pa.list_(pa.string()))}
+"""A run with ``--id-field`` / ``--metadata-field``: each instance's source records (ids; metadata
+as JSON text), in the order their tokens appear in it: the last columns."""
+
+
+def source_columns(batch: InstanceBatch) -> list[tuple[pa.Field, pa.ListArray]]:
+    """The batch's ``document_ids`` and ``document_metadata`` (those it has) as list<string> columns."""
+    if batch.source_offsets is None:
+        return []
+    offsets = _array(batch.source_offsets, pa.int32())
+    return [(field, pa.ListArray.from_arrays(offsets, pa.array(getattr(batch, name).tolist(), pa.string())))
+            for name, field in SOURCE_FIELDS.items() if getattr(batch, name) is not None]
+
+
+def source_values(column: pa.ChunkedArray | pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A list<string> column as (flat values, an object array; offsets int64)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return np.array(values.to_pylist(), dtype=object), offsets - offsets[0]
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32, pa.uint16(): np.uint16, pa.uint32(): np.uint32}
@@ -109,6 +130,9 @@ def batch_to_table(batch: InstanceBatch, vocab_size: int | None = None) -> pa.Ta
     if batch.languages is not None:  # (runs with languages only: other shards keep their schema and bytes)
         language = [pa.array(batch.languages.tolist(), pa.string())]
         schema = schema.append(LANGUAGE_FIELD)
+    sources = source_columns(batch)  # (runs asking for them only, as languages)
+    for field, _ in sources:
+        schema = schema.append(field)
     return pa.Table.from_arrays(
         [
             _list(batch.input_ids, batch.offsets, ids),
@@ -121,6 +145,7 @@ def batch_to_table(batch: InstanceBatch, vocab_size: int | None = None) -> pa.Ta
             *boundary,
             *documents,
             *language,
+            *(column for _, column in sources),
         ],
         schema=schema,
     )
@@ -149,6 +174,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     documents = _flat(table.column("document_starts")) if "document_starts" in table.column_names else None
     languages = (np.array(table.column("language").to_pylist(), dtype=str)
                  if "language" in table.column_names else None)
+    sources = {name: source_values(table.column(name)) for name in SOURCE_FIELDS if name in table.column_names}
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
@@ -161,6 +187,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         document_starts=None if documents is None else documents[0].astype(np.int32),
         document_offsets=None if documents is None else documents[1],
         languages=languages,
+        source_offsets=next((offsets for _, offsets in sources.values()), None),
+        **{name: values for name, (values, _) in sources.items()},
     )
 
 
@@ -209,7 +237,7 @@ def read_parquet(url: str) -> InstanceBatch:
 
 # the columns an InstanceBatch is made of (input_mask and masked_lm_weights are all ones)
 _BATCH_COLUMNS = ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"]
-_OPTIONAL_COLUMNS = ["token_boundary", "document_starts", "language"]  # read where a shard has them
+_OPTIONAL_COLUMNS = ["token_boundary", "document_starts", "language", *SOURCE_FIELDS]  # read where a shard has them
 
 
 def _footer(f) -> pq.FileMetaData:
@@ -334,4 +362,4 @@ class ParquetRows:
 
 
 FORMAT = OutputFormat(name="parquet", open_writer=ParquetShardWriter, read_shard=read_parquet, open_rows=ParquetRows,
-                      read_layout=read_layout, layout_version=2)  # 2: ids uint16/uint32, not int32
+                      read_layout=read_layout, layout_version=2, carries_sources=True)  # 2: ids uint16/uint32, not int32

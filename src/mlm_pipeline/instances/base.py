@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
+from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, range_documents
 
 if TYPE_CHECKING:  # types only: importing this package must not load the tokenizer library
     from mlm_pipeline.stats import ReadStats
@@ -29,12 +29,16 @@ Masking = Literal["static", "none"]
 class TokenizedDocs:
     """A block of tokenized documents: flat ids, per-sentence lengths, per-document sentence counts.
 
-    Sentences that tokenized to nothing and documents left without a sentence are already gone.
+    Sentences that tokenized to nothing and documents left without a sentence are already gone
+    (``read_index`` says which documents of the block as read are left).
     """
 
     ids: np.ndarray  # int32 [tokens]
     sentence_lengths: np.ndarray  # int64 [sentences], all > 0
     doc_sentences: np.ndarray  # int64 [documents], all > 0
+    # each document's index among the documents read into the block (those dropped above are
+    # missing), for naming an instance's source records; None where nobody asks
+    read_index: np.ndarray | None = None
 
     @property
     def sentence_offsets(self) -> np.ndarray:
@@ -61,6 +65,40 @@ class BuildContext:
     @property
     def special(self) -> SpecialIds:
         return self.tokenizer.special
+
+    @property
+    def tracks_sources(self) -> bool:
+        """Whether the run asks which documents each instance comes from (``--id-field``,
+        ``--metadata-field``): builders then fill the batch's ``source_documents`` (indices into
+        the block's documents), and only then (no cost otherwise)."""
+        return tracks_sources(self.settings)
+
+
+def tracks_sources(settings: Any) -> bool:
+    """Whether ``settings`` ask for each instance's source documents (see :class:`BuildContext`)."""
+    return getattr(settings, "id_field", None) is not None or getattr(settings, "metadata_field", None) is not None
+
+
+def document_token_bounds(docs: TokenizedDocs, *, separated: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's ``[start, end)`` in the block's tokens (``docs.ids``), or with ``separated``
+    in its token stream (one separator between documents: :func:`~.single_segment.token_stream`)."""
+    n = len(docs.doc_sentences)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    bounds = docs.sentence_offsets[docs.doc_offsets]
+    starts = bounds[:-1] + (np.arange(n) if separated else 0)
+    return starts, starts + np.diff(bounds)
+
+
+def with_sources(batch: InstanceBatch, docs: TokenizedDocs, starts: np.ndarray, lens: np.ndarray, *,
+                 separated: bool, rows: np.ndarray | None = None) -> InstanceBatch:
+    """``batch`` with the documents its rows' token ranges come from (``source_documents``):
+    ranges of ``docs.ids``, or with ``separated`` of its token stream; one range a row unless
+    ``rows`` says which row each range belongs to."""
+    doc_starts, doc_ends = document_token_bounds(docs, separated=separated)
+    rows = np.arange(len(starts)) if rows is None else rows
+    batch.source_documents, batch.source_offsets = range_documents(doc_starts, doc_ends, starts, lens, rows, len(batch))
+    return batch
 
 
 @dataclass(frozen=True)

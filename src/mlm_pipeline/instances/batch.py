@@ -81,6 +81,30 @@ def sentence_pairs(tokens: np.ndarray, a_starts: np.ndarray, a_lengths: np.ndarr
     return ids, segments, lengths_to_offsets(np.asarray(a_lengths) + np.asarray(b_lengths) + 3)
 
 
+def range_documents(doc_starts: np.ndarray, doc_ends: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                    rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The documents each row's token ranges come from: (documents int64, offsets int64 [n_rows + 1]).
+
+    Document ``d`` holds positions ``[doc_starts[d], doc_ends[d])`` of the ranges' source (both
+    ascending; positions between documents, such as a stream's separators, belong to none).
+    Range ``k`` is ``[starts[k], starts[k] + lengths[k])`` of row ``rows[k]`` (rows ascending, a
+    row's ranges in the order its tokens come); each overlapping document is listed once per
+    run of ranges, in that order. Two binary searches per range, no per-token work.
+    """
+    starts = np.asarray(starts, np.int64)
+    ends = starts + np.asarray(lengths, np.int64)
+    first = np.searchsorted(doc_ends, starts, side="right")  # the first document ending after the start
+    last = np.searchsorted(doc_starts, ends, side="left") - 1  # the last one starting before the end
+    counts = np.where(ends > starts, np.maximum(last - first + 1, 0), 0)
+    documents = ranges_to_indices(first, counts).astype(np.int64)
+    row_of = np.repeat(np.asarray(rows, np.int64), counts)
+    if len(documents) > 1:
+        keep = np.ones(len(documents), bool)
+        keep[1:] = (documents[1:] != documents[:-1]) | (row_of[1:] != row_of[:-1])
+        documents, row_of = documents[keep], row_of[keep]
+    return documents, lengths_to_offsets(np.bincount(row_of, minlength=n_rows))
+
+
 def _smallest_uint(*arrays: np.ndarray) -> type:
     """The smallest of uint8/uint16/uint32 holding every value of the arrays, else int64."""
     lo = min((int(a.min()) for a in arrays if a.size), default=0)
@@ -97,6 +121,26 @@ def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
+
+
+def _take_ragged(values: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ragged rows ``order`` of ``values`` cut by ``offsets``, and their offsets."""
+    counts = np.diff(offsets)[order]
+    return values[ranges_to_indices(offsets[:-1][order], counts)], lengths_to_offsets(counts)
+
+
+def _concat_sources(batches: list["InstanceBatch"]) -> dict:
+    """The source fields of ``batches`` one after another (those the first batch has)."""
+    names = [name for name in InstanceBatch._SOURCE_FIELDS if any(getattr(b, name) is not None for b in batches)]
+    if not names:
+        return {}
+    # a batch without them (an empty shard's) has no source for its rows
+    out = {"source_offsets": lengths_to_offsets(np.concatenate(
+        [np.diff(b.source_offsets) if b.source_offsets is not None else np.zeros(len(b), np.int64) for b in batches]))}
+    for name in names:
+        out[name] = np.concatenate([getattr(b, name) if getattr(b, name) is not None else np.zeros(0, object)
+                                    for b in batches])
+    return out
 
 
 @dataclass
@@ -119,6 +163,12 @@ class InstanceBatch:
       they are FlashAttention's ``cu_seqlens`` for that row: a packed row's tokens attend within
       their own document only.
     - ``languages``: each row's language code (``"en"``, ``"zh"``), a numpy string array.
+
+    And, only in runs that ask for them (``--id-field``, ``--metadata-field``), the input
+    records each row's tokens come from, in the order their tokens appear in the row:
+    ``source_offsets`` cuts the flat arrays ``source_documents`` (while building: the block's
+    document indices), ``document_ids`` and ``document_metadata`` (strings, numpy object
+    arrays, filled from the block's records by the task) into rows, like ``document_offsets``.
     """
 
     input_ids: np.ndarray  # int32 [total_tokens]
@@ -132,6 +182,24 @@ class InstanceBatch:
     document_starts: np.ndarray | None = None  # int32 [total_documents] or None
     document_offsets: np.ndarray | None = None  # int64 [n + 1] or None (with document_starts)
     languages: np.ndarray | None = None  # str [n] or None
+    source_offsets: np.ndarray | None = None  # int64 [n + 1] or None (with the three below)
+    source_documents: np.ndarray | None = None  # int64 [total_sources] or None (block document indices)
+    document_ids: np.ndarray | None = None  # object (str) [total_sources] or None
+    document_metadata: np.ndarray | None = None  # object (str, JSON) [total_sources] or None
+
+    _SOURCE_FIELDS = ("source_documents", "document_ids", "document_metadata")
+
+    def _sources(self, pick) -> dict:
+        """The source fields (``source_offsets`` and those set) of the rows ``pick(values, offsets)``
+        selects, as keyword arguments for a new batch."""
+        if self.source_offsets is None:
+            return {}
+        out = {}
+        for name in self._SOURCE_FIELDS:
+            values = getattr(self, name)
+            if values is not None:
+                out[name], out["source_offsets"] = pick(values, self.source_offsets)
+        return out
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -189,6 +257,11 @@ class InstanceBatch:
             out["document_starts"] = self.document_starts[ds:de].tolist()
         if self.languages is not None:
             out["language"] = str(self.languages[i])
+        if self.source_offsets is not None:
+            ss, se = self.source_offsets[i], self.source_offsets[i + 1]
+            for name in self._SOURCE_FIELDS:
+                if getattr(self, name) is not None:
+                    out[name] = getattr(self, name)[ss:se].tolist()
         return out
 
     def _documents_of(self, order: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -223,6 +296,7 @@ class InstanceBatch:
             document_starts=documents[0],
             document_offsets=documents[1],
             languages=None if self.languages is None else self.languages[order],
+            **self._sources(lambda values, offsets: _take_ragged(values, offsets, order)),
         )
 
     def slice(self, start: int, stop: int) -> "InstanceBatch":
@@ -245,6 +319,8 @@ class InstanceBatch:
             document_offsets=None if self.document_offsets is None
             else self.document_offsets[start : stop + 1] - self.document_offsets[start],
             languages=None if self.languages is None else self.languages[start:stop],
+            **self._sources(lambda values, offsets: (values[int(offsets[start]):int(offsets[stop])],
+                                                     offsets[start : stop + 1] - offsets[start])),
         )
 
     @staticmethod
@@ -280,6 +356,7 @@ class InstanceBatch:
             document_offsets=None if batches[0].document_offsets is None
             else lengths_to_offsets(np.concatenate([np.diff(b.document_offsets) for b in batches])),
             languages=None if batches[0].languages is None else np.concatenate([b.languages for b in batches]),
+            **_concat_sources(batches),
         )
 
     def cu_seqlens(self, i: int) -> np.ndarray:

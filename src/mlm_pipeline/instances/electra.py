@@ -400,9 +400,11 @@ def build_electra_instances(
     cls_id: int,
     sep_id: int,
     rng: np.random.Generator,
+    sources: bool = False,
 ) -> tuple[InstanceBatch, ElectraStats]:
     """ELECTRA examples of a block of documents, in document order (no NSP labels, no masks)."""
-    return build_with_draws(docs, max_seq_length=max_seq_length, cls_id=cls_id, sep_id=sep_id, draws=NumpyDraws(rng))
+    return build_with_draws(docs, max_seq_length=max_seq_length, cls_id=cls_id, sep_id=sep_id, draws=NumpyDraws(rng),
+                            sources=sources)
 
 
 def build_with_draws(
@@ -413,12 +415,14 @@ def build_with_draws(
     sep_id: int,
     draws: Draws,
     start_target: int | None = None,
+    sources: bool = False,
 ) -> tuple[InstanceBatch, ElectraStats]:
     """:func:`build_electra_instances` with any ``Draws``.
 
     The first target is ``start_target`` if given (no draw), else drawn as after an example.
     With ``random.Random`` draws, ``start_target=max_seq_length`` and the documents of files
     already shuffled, this makes exactly the reference's examples (the tests check it).
+    ``sources``: each example's document (an example never spans two), as ``source_documents``.
     """
     check_settings(max_seq_length=max_seq_length)
     stats = ElectraStats()
@@ -431,6 +435,7 @@ def build_with_draws(
     length: list[int] = []
     dst: list[int] = []
     kept: list[tuple[int, int]] = []
+    example_doc: list[int] = []
     out_pos = 0
     if start_target is None:
         target, target_is_random = next_target(max_seq_length, draws)
@@ -459,6 +464,7 @@ def build_with_draws(
                         pos += take
                         budget -= take
             kept.append((kf, ks))
+            example_doc.append(d)
             out_pos += kf + 2 + (ks + 1 if ks else 0)
             target, target_is_random = next_target(max_seq_length, draws)
             i = j
@@ -479,7 +485,10 @@ def build_with_draws(
         ranges_to_indices(np.asarray(src, np.int64), np.asarray(length, np.int64))
     ]
     seg[ranges_to_indices(starts[two] + kf_arr[two] + 2, ks_arr[two] + 1)] = 1
-    return InstanceBatch.unmasked(ids, seg, offsets), stats
+    batch = InstanceBatch.unmasked(ids, seg, offsets)
+    if sources:
+        batch.source_documents, batch.source_offsets = np.asarray(example_doc, np.int64), np.arange(n + 1)
+    return batch, stats
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,8 +503,8 @@ def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
     batches, totals = [], ElectraStats()
     for _ in range(settings.dupe_factor):
         batch, stats = build_electra_instances(
-            docs, max_seq_length=settings.max_seq_length, cls_id=ctx.special.cls, sep_id=ctx.special.sep, rng=ctx.rng
-        )
+            docs, max_seq_length=settings.max_seq_length, cls_id=ctx.special.cls, sep_id=ctx.special.sep, rng=ctx.rng,
+            sources=ctx.tracks_sources)
         batches.append(batch)
         for name in vars(totals):
             setattr(totals, name, getattr(totals, name) + getattr(stats, name))

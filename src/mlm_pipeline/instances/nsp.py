@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, uniform_stream
+from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, uniform_stream, with_sources
 from mlm_pipeline.instances.batch import InstanceBatch, sentence_pairs
 from mlm_pipeline.instances.reference import BERT_REFERENCE
 
@@ -202,6 +202,7 @@ def build_nsp_instances(
     rng: np.random.Generator,
     shuffle: bool = False,
     sentence_order: bool = False,
+    sources: bool = False,
 ) -> tuple[InstanceBatch, PairStats]:
     """Unmasked NSP instances for every document, ``dupe_factor`` passes.
 
@@ -209,7 +210,8 @@ def build_nsp_instances(
     ``rng``: the instances' ranges are permuted before the tokens are gathered, so shuffling costs
     no second gather. ``sentence_order``: ALBERT's pairs (``sop``): the next-sentence coin swaps A
     and B (label 1) instead of taking B from another document, which only a one-sentence chunk
-    does (label 1); the swap comes before truncation, as in ALBERT's script.
+    does (label 1); the swap comes before truncation, as in ALBERT's script. ``sources``: each
+    row's documents (A's, then B's if another), as ``source_documents``.
     """
     max_tokens = max_seq_length - 3
     stats = PairStats()
@@ -251,7 +253,11 @@ def build_nsp_instances(
     ids, seg, offsets = sentence_pairs(docs.ids, a_start_arr, la, b_start_arr, lb, cls_id=cls_id, sep_id=sep_id)
     stats.instances = n
     stats.random_next = int(labels_arr.sum())
-    return InstanceBatch.unmasked(ids, seg, offsets, labels_arr), stats
+    batch = InstanceBatch.unmasked(ids, seg, offsets, labels_arr)
+    if sources:  # two ranges a row, A then B
+        with_sources(batch, docs, np.column_stack([a_start_arr, b_start_arr]).ravel(),
+                     np.column_stack([la, lb]).ravel(), separated=False, rows=np.repeat(np.arange(n), 2))
+    return batch, stats
 
 
 def build_pairs(docs: TokenizedDocs, ctx: BuildContext, *,
@@ -269,6 +275,7 @@ def build_pairs(docs: TokenizedDocs, ctx: BuildContext, *,
         rng=ctx.rng,
         shuffle=True,
         sentence_order=sentence_order,
+        sources=ctx.tracks_sources,
     )
 
 

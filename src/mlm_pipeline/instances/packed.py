@@ -24,7 +24,8 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, copies_need_masks, repeat_shuffled
+from mlm_pipeline.instances.base import (BuildContext, Objective, TokenizedDocs, copies_need_masks,
+                                         repeat_shuffled, with_sources)
 from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges, lengths_to_offsets, ranges_to_indices
 from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
@@ -97,9 +98,9 @@ def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: 
 
 
 def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int,
-                           cross_documents: bool = True) -> InstanceBatch:
+                           cross_documents: bool = True, sources: bool = False) -> InstanceBatch:
     """One FULL-SENTENCES (or, without ``cross_documents``, DOC-SENTENCES) packing of the block,
-    in stream order, with each row's document starts."""
+    in stream order, with each row's document starts (and with ``sources`` its documents)."""
     if len(docs.doc_sentences) == 0:
         return InstanceBatch.empty(with_nsp=False)
     stream, item_len, is_sep = token_stream(docs, sep_id)
@@ -108,7 +109,10 @@ def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: 
     batch = single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
     sep_positions = lengths_to_offsets(item_len)[:-1][is_sep]
     batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens)
+    if sources:
+        with_sources(batch, docs, starts, lens, separated=True)
     return batch
+
 
 
 _SMALLEST_PIECE = 3  # [CLS] token [SEP]: a row with less room left takes no more pieces
@@ -139,8 +143,8 @@ def best_fit_rows(sizes: np.ndarray, capacity: int) -> list[list[int]]:
     return rows
 
 
-def build_best_fit_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int
-                             ) -> tuple[InstanceBatch, dict]:
+def build_best_fit_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int,
+                             sources: bool = False) -> tuple[InstanceBatch, dict]:
     """Best-fit packing of the block's whole documents (see the module docstring), with each
     row's document starts, and counts: ``document_pieces`` (pieces placed) and
     ``documents_split`` (documents longer than a row, split into several pieces)."""
@@ -172,6 +176,8 @@ def build_best_fit_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id
     document_starts = (lengths_to_offsets(sizes)[:-1] - offsets[row_of_piece]).astype(np.int32)
     batch = InstanceBatch.unmasked(ids.astype(np.int32, copy=False), np.zeros(len(ids), np.int8), offsets)
     batch.document_starts, batch.document_offsets = document_starts, document_offsets
+    if sources:
+        with_sources(batch, docs, piece_start[order], piece_len[order], separated=False, rows=row_of_piece)
     return batch, {"document_pieces": len(order), "documents_split": int((n_pieces > 1).sum())}
 
 
@@ -186,10 +192,12 @@ def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
     counts: dict = {}
     if packing == "best-fit":
         once, counts = build_best_fit_instances(docs, max_seq_length=settings.max_seq_length,
-                                                cls_id=ctx.special.cls, sep_id=ctx.special.sep)
+                                                cls_id=ctx.special.cls, sep_id=ctx.special.sep,
+                                                sources=ctx.tracks_sources)
     else:
         once = build_packed_instances(docs, max_seq_length=settings.max_seq_length, cls_id=ctx.special.cls,
-                                      sep_id=ctx.special.sep, cross_documents=getattr(settings, "cross_document", True))
+                                      sep_id=ctx.special.sep, cross_documents=getattr(settings, "cross_document", True),
+                                      sources=ctx.tracks_sources)
     copies = settings.dupe_factor
     batch = repeat_shuffled(once, copies, ctx.rng)
     padding = int(len(once) * settings.max_seq_length - len(once.input_ids)) * copies

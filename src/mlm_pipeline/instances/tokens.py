@@ -9,27 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlm_pipeline.instances.base import BuildContext, Objective, TokenizedDocs, copies_need_masks, repeat_shuffled
+from mlm_pipeline.instances.base import (BuildContext, Objective, TokenizedDocs, copies_need_masks,
+                                         repeat_shuffled, with_sources)
 from mlm_pipeline.instances.batch import InstanceBatch
 from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
 
-def build_token_windows(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int) -> InstanceBatch:
-    """The block's stream in windows of ``max_seq_length - 2`` tokens, in stream order."""
+def build_token_windows(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int,
+                        sources: bool = False) -> InstanceBatch:
+    """The block's stream in windows of ``max_seq_length - 2`` tokens, in stream order (with
+    ``sources``, each window's documents)."""
     if len(docs.doc_sentences) == 0:
         return InstanceBatch.empty(with_nsp=False)
     stream, _, _ = token_stream(docs, sep_id)
     cap = max_seq_length - 2
     starts = np.arange(0, len(stream), cap, dtype=np.int64)
     lens = np.minimum(cap, len(stream) - starts)
-    return single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
+    batch = single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
+    return with_sources(batch, docs, starts, lens, separated=True) if sources else batch
 
 
 def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
     """The ``tokens`` objective: one windowing, ``dupe_factor`` copies of each window, shuffled."""
     once = build_token_windows(
-        docs, max_seq_length=ctx.settings.max_seq_length, cls_id=ctx.special.cls, sep_id=ctx.special.sep
-    )
+        docs, max_seq_length=ctx.settings.max_seq_length, cls_id=ctx.special.cls, sep_id=ctx.special.sep,
+        sources=ctx.tracks_sources)
     batch = repeat_shuffled(once, ctx.settings.dupe_factor, ctx.rng)
     return batch, {"instances": len(batch)}
 

@@ -19,10 +19,11 @@ ranges, and ``OwnedLines``: which lines a range owns), ``sentences`` (segmentati
 from __future__ import annotations
 
 import copy
+import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mlm_pipeline.errors import ConfigError, InputError
 from mlm_pipeline.read.compression import COMPRESSIONS
@@ -89,14 +90,63 @@ def record_language(value: object) -> str | None:
 
 
 class Document(list):
-    """A document's sentences (a ``list[str]``) that also carry the language its record names
-    (``ReadOptions.language_field``); readers give plain lists otherwise."""
+    """A document's sentences (a ``list[str]``) that also carry what its record says of it: its
+    language (``ReadOptions.language_field``), its id (``id_field``, as a string) and its
+    metadata (``metadata_field``, as compact JSON text); readers give plain lists otherwise."""
 
-    __slots__ = ("language",)
+    __slots__ = ("language", "id", "metadata")
 
-    def __init__(self, sentences=(), language: str | None = None):
+    def __init__(self, sentences=(), language: str | None = None, id: str | None = None,
+                 metadata: str | None = None):
         super().__init__(sentences)
         self.language = language
+        self.id = id
+        self.metadata = metadata
+
+    def with_sentences(self, sentences) -> "Document":
+        """The same record's facts over other sentences (its paragraphs, segmented)."""
+        return Document(sentences, self.language, self.id, self.metadata)
+
+
+def metadata_fields(option: str | None) -> tuple[str, ...]:
+    """``--metadata-field``'s names: one field, or several comma-separated (``url,domain``)."""
+    return tuple(name.strip() for name in option.split(",") if name.strip()) if option else ()
+
+
+def record_id(value: object) -> str | None:
+    """A record's id as a string (an integer or other JSON value in its text form), None when the
+    record has none (missing or null)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                                                          default=str)
+
+
+def record_metadata(get: Callable[[str], object], names: tuple[str, ...]) -> str:
+    """A record's metadata as compact JSON text: the value of the one field ``names`` holds (an
+    object, as datatrove writes), or an object of the several fields named (NeMo Curator keeps
+    extra fields at the top level), a field the record lacks as null. Keys keep their order."""
+    value = get(names[0]) if len(names) == 1 else {name: get(name) for name in names}
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def record_document(paragraphs: list[str], options: "ReadOptions", get: Callable[[str], object],
+                    stats: ReadStats) -> list[str]:
+    """``paragraphs`` as a :class:`Document` with what ``options`` asks to keep of its record
+    (``get(field)``: the record's value, None when it has none), or as they are when nothing is
+    asked. A record without an id gets the empty string, counted as ``documents_without_id``."""
+    if options.language_field is None and options.id_field is None and options.metadata_field is None:
+        return paragraphs
+    doc_id = None
+    if options.id_field is not None:
+        doc_id = record_id(get(options.id_field))
+        if doc_id is None:
+            stats.documents_without_id += 1
+            doc_id = ""
+    names = metadata_fields(options.metadata_field)
+    return Document(paragraphs,
+                    record_language(get(options.language_field)) if options.language_field is not None else None,
+                    doc_id, record_metadata(get, names) if names else None)
 
 
 @dataclass(frozen=True)
@@ -123,6 +173,9 @@ class ReadOptions:
     language_field: JSONL and Parquet: the field or column naming each record's language; its
     documents are :class:`Document` objects with that ``language`` (a record without a valid code in
     it: ``None``, the file's label then applies).
+    id_field, metadata_field: JSONL and Parquet: the field holding each record's id, and the
+    field (or comma-separated fields) holding its metadata, kept on its :class:`Document`
+    (:func:`record_document`) so that instances can name the records they come from.
     """
 
     text_field: str = "text"
@@ -137,6 +190,8 @@ class ReadOptions:
     wiki_keep_references: bool = False
     unknown_text: str = ""
     language_field: str | None = None  # JSONL/Parquet: the field naming a record's language
+    id_field: str | None = None  # JSONL/Parquet: the field holding a record's id
+    metadata_field: str | None = None  # JSONL/Parquet: the field(s) holding a record's metadata
 
     def __post_init__(self) -> None:
         if self.on_decode_error not in DECODE_ERROR_POLICIES:

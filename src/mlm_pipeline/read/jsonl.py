@@ -17,7 +17,7 @@ import re
 from typing import Iterator
 
 from mlm_pipeline.errors import InputError
-from mlm_pipeline.read.base import Document, InputFormat, Piece, ReadOptions, record_language
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions, record_document
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, every_line, line_read_extent
 from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
@@ -120,9 +120,7 @@ def _paragraph_docs(
             if not paragraphs:
                 stats.skip("empty")
                 continue
-            if options.language_field is not None:
-                paragraphs = Document(paragraphs, record_language(record.get(options.language_field)))
-            yield paragraphs, replaced
+            yield record_document(paragraphs, options, record.get, stats), replaced
 
 
 def _check_surrogates(value: str, policy: str, url: str, offset: int) -> tuple[str | None, bool]:

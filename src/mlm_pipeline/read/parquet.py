@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from mlm_pipeline.errors import InputError
-from mlm_pipeline.read.base import Document, InputFormat, Piece, ReadOptions, record_language
+from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions, metadata_fields, record_document
 from mlm_pipeline.read.compression import compression_of, open_decompressed
 from mlm_pipeline.read.sample import InputSample
 from mlm_pipeline.read.sentences import paragraphs_of, segment_documents
@@ -45,7 +45,8 @@ class ParquetFormat(InputFormat):
     def split(self, url: str, size: int, split_bytes: int, options: ReadOptions) -> list[Piece]:
         # the footer is read here anyway: a missing or non-text column stops the run at planning,
         # before the output is recorded, not in the middle of it
-        return split_row_groups(url, split_bytes, text_field=options.text_field)
+        return split_row_groups(url, split_bytes, text_field=options.text_field,
+                                record_fields=tuple(record_fields(options, language=False)))
 
     def piece_bytes(self, piece: Piece, file_size: int, n_pieces: int) -> int:
         return max(1, file_size // max(1, n_pieces))  # row groups: the file shared evenly
@@ -56,10 +57,20 @@ class ParquetFormat(InputFormat):
         return read_parquet(piece, options, stats)
 
 
-def split_row_groups(url: str, split_bytes: int, *, text_field: str | None = None) -> list[Piece]:
+def record_fields(options: ReadOptions, *, language: bool = True) -> list[str]:
+    """The columns besides the text that ``options`` keeps of each row (its language, id, metadata)."""
+    names = [options.language_field] if language and options.language_field is not None else []
+    names += [options.id_field] if options.id_field is not None else []
+    return names + list(metadata_fields(options.metadata_field))
+
+
+def split_row_groups(url: str, split_bytes: int, *, text_field: str | None = None,
+                     record_fields: tuple[str, ...] = ()) -> list[Piece]:
     """Runs of consecutive row groups of about ``split_bytes`` compressed bytes each (reads the
     footer). A file with no row group gives one piece (which yields nothing). With
-    ``text_field``, ``InputError`` if the file has no such text column."""
+    ``text_field``, ``InputError`` if the file has no such text column; ``InputError`` too if it
+    lacks a column of ``record_fields`` (``--id-field``, ``--metadata-field``: a misspelt name
+    would otherwise give every row an empty id)."""
     import pyarrow.parquet as pq
 
     if split_bytes < 1:
@@ -73,6 +84,10 @@ def split_row_groups(url: str, split_bytes: int, *, text_field: str | None = Non
             raise InputError(f"{url}: not a readable Parquet file ({exc})") from exc
     if text_field is not None:
         _check_text_column(url, meta.schema.to_arrow_schema(), text_field)
+    missing = [name for name in record_fields if name not in meta.schema.to_arrow_schema().names]
+    if missing:
+        raise InputError(f"{url}: no column {', '.join(map(repr, missing))} (--id-field, --metadata-field); columns: "
+                         f"{', '.join(meta.schema.to_arrow_schema().names)}")
     pieces: list[Piece] = []
     first, acc = 0, 0
     for i in range(meta.num_row_groups):
@@ -130,14 +145,15 @@ def _paragraph_docs(
         stats.bytes_read += _column_bytes(pf.metadata, groups, field)
         as_bytes = pa.large_binary() if pa.types.is_large_string(kind) else pa.binary()
         row = 0
-        # --language-field: each row's language, where the file has that column
-        labelled = options.language_field is not None and options.language_field in pf.schema_arrow.names
-        columns = [field, options.language_field] if labelled and options.language_field != field else [field]
+        # --language-field, --id-field, --metadata-field: the record's columns the file has
+        names = pf.schema_arrow.names
+        kept = [name for name in dict.fromkeys(record_fields(options)) if name in names and name != field]
+        columns = [field, *kept]
         for batch in pf.iter_batches(
             batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
         ):
             column = batch.column(0)
-            languages = batch.column(len(columns) - 1).to_pylist() if labelled else None
+            values = {name: batch.column(k + 1).to_pylist() for k, name in enumerate(kept)}
             if pa.types.is_string(kind) or pa.types.is_large_string(kind):
                 column = column.cast(as_bytes)
             for i, value in enumerate(column.to_pylist()):
@@ -166,9 +182,8 @@ def _paragraph_docs(
                 if not paragraphs:
                     stats.skip("empty")
                     continue
-                if options.language_field is not None:
-                    paragraphs = Document(paragraphs, record_language(languages[i]) if labelled else None)
-                yield paragraphs, replaced
+                yield record_document(paragraphs, options, lambda name: values[name][i] if name in values else None,
+                                      stats), replaced
 
 
 def _column_bytes(meta, groups: list[int], field: str) -> int:

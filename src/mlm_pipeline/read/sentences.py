@@ -182,5 +182,5 @@ def segment_documents(
     for paragraphs, replaced in docs:
         sents = [s for ss in split_sentences(paragraphs) for s in ss]
         if stats.count_document(sents, replaced):
-            language = getattr(paragraphs, "language", None)  # (a record's own, --language-field)
-            yield sents if language is None else Document(sents, language)
+            # (a record's own language, id and metadata: --language-field, --id-field, --metadata-field)
+            yield paragraphs.with_sentences(sents) if isinstance(paragraphs, Document) else sents

@@ -146,7 +146,8 @@ class MLMDataset(IterableDataset):
     ``token_boundary`` (int8, ALBERT's feature: 1 where a word starts); for ``packed`` shards
     ``document_starts`` (int32, where each document of the row starts, 0 first: the collator's
     ``attention`` keeps them apart); for outputs prepared with languages also ``language`` (its
-    code). ``next_sentence_label``
+    code); for outputs prepared with ``--id-field`` / ``--metadata-field``, ``document_ids`` /
+    ``document_metadata`` (lists of str: the input records the row's tokens come from). ``next_sentence_label``
     is the pair label of any objective (for ``sop``, the sentence-order label).
     Batch them with :class:`mlm_pipeline.torch.MLMCollator`.
     """
@@ -544,6 +545,10 @@ class MLMDataset(IterableDataset):
             sample["document_starts"] = batch.document_starts[batch.document_offsets[k]:batch.document_offsets[k + 1]]
         if batch.languages is not None and batch.languages[k]:
             sample["language"] = str(batch.languages[k])
+        if batch.source_offsets is not None:  # --id-field, --metadata-field: the records the row comes from
+            for name in ("document_ids", "document_metadata"):
+                if getattr(batch, name) is not None:
+                    sample[name] = getattr(batch, name)[batch.source_offsets[k]:batch.source_offsets[k + 1]].tolist()
         return sample
 
     def collator(self, *, masking: str = "auto", tokenizer=None, **kwargs):
