@@ -11,7 +11,7 @@ text) otherwise gives one-sentence documents, whose pairs are nearly all random-
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, count
 from operator import not_
 from typing import Iterable, Iterator
@@ -123,12 +123,12 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
     """Documents owned by ``piece`` of a text-format file, each a list of stripped lines.
 
     Lines come in runs (a read chunk's whole lines, none with a NUL byte). A run that is valid
-    UTF-8 and within the document size limit is read in bulk: its lines decoded and stripped in C
-    (``map``), its documents between blank lines slices of that list, lines without a blank one
-    among them added to the document in progress at once. That is what the line-by-line steps
-    below give, at a fraction of the cost. Lines up to a run's first blank line and after its
-    last one (documents that began in an earlier run or go on in the next), the blank line that
-    ends the range, and every other run take the line-by-line steps.
+    UTF-8 is read in bulk: its lines decoded and stripped in C
+    (``map``), its documents between blank lines slices of that list, and the lines before its
+    first blank line and after its last one (documents that began in an earlier run or go on in
+    the next) added to the document in progress a stretch at a time, cut where it reaches the
+    size limit. That is what the line-by-line steps below give, at a fraction of the cost. The
+    blank line that ends the range and every other run take the line-by-line steps.
     """
     with OwnedLines(piece, options.max_line_bytes, is_blank, stats) as owned:
         doc = DocumentBuffer()
@@ -150,28 +150,57 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                 start += len(line) + 1
             return False
 
+        def without_blanks(start: int, lines: list[bytes], ends: list[int], i: int, n: int) -> Iterator[list[str]]:
+            """Lines ``i..n-1`` of a run, none of them blank (valid UTF-8, within the line limit):
+            what :func:`one_by_one` does with them, a stretch at a time. A line joins the document
+            in progress while ``doc.size + len(line) <= limit``, which for lines ``i..j`` after
+            its last one is ``ends[j] <= limit - doc.size + ends[i - 1] + 1``: one bisection per
+            cut, not a step per line (a text without blank lines, such as a novel, is cut into
+            documents of the block size here)."""
+            while i < n:
+                base = ends[i - 1] if i else 0
+                if not doc.lines:  # a document's first line joins it whatever its size
+                    doc.add(start + base, lines[i], False)
+                    i += 1
+                    continue
+                j = bisect_right(ends, limit - doc.size + base + 1, i, n)
+                if j > i:
+                    doc.extend(start + base, lines[i:j], ends[j - 1] - base)
+                if j < n:
+                    stats.documents_cut += 1
+                    yield from _emit(doc.take(), piece, options, stats, owned.bom)
+                i = j
+
         def in_bulk(start: int, lines: list[bytes], stripped: list[str], blank: list[int], ends: list[int]):
             """Read lines whose blank lines (``blank``, indices) all start before the range's end;
             ``stripped``: the lines decoded and stripped; ``ends[i]``: where line ``i`` ends (past
             its line end) from ``start``."""
-            size = ends[len(lines) - 1] if lines else 0
             if not blank:  # every line goes on with the document in progress
-                if doc.size + size <= limit:
-                    doc.extend(start, lines, size)
-                else:
-                    yield from one_by_one(start, lines, False)
+                yield from without_blanks(start, lines, ends, 0, len(lines))
                 return
-            yield from one_by_one(start, lines[: blank[0] + 1], False)
-            middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
-            yield from _documents(middle, options, stats, replaced=False)
-            yield from one_by_one(start + ends[blank[-1]], lines[blank[-1] + 1 :], False)
+            first, last = blank[0], blank[-1]
+            yield from without_blanks(start, lines, ends, 0, first)  # the document in progress goes on
+            if doc.lines:
+                yield from _emit(doc.take(), piece, options, stats, owned.bom)
+            if ends[-1] <= limit:  # every document between blank lines within the limit: slices
+                middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
+                yield from _documents(middle, options, stats, replaced=False)
+            else:
+                for a, b in zip(blank, blank[1:]):
+                    if b == a + 1:
+                        continue
+                    if ends[b - 1] - ends[a] <= limit:
+                        yield from _documents((stripped[a + 1 : b],), options, stats, replaced=False)
+                    else:  # a document over the limit: cut into parts as it goes
+                        yield from without_blanks(start, lines, ends, a + 1, b)
+                        yield from _emit(doc.take(), piece, options, stats, owned.bom)
+            yield from without_blanks(start, lines, ends, last + 1, len(lines))  # a document that goes on
 
         for start, lines, too_long in owned.runs():
             decoded = None
             if len(lines) > 2:
                 ends = list(accumulate(map((1).__add__, map(len, lines))))  # past each line, from start
-                if ends[-1] <= limit:
-                    decoded = _stripped_run(lines)
+                decoded = _stripped_run(lines)
             if decoded is None:
                 if (yield from one_by_one(start, lines, too_long)):
                     return
