@@ -159,7 +159,10 @@ def test_not_special_equals_isin():
 
     g = rng(1)
     ids = g.integers(0, 30522, 50_000).astype(np.int32)
-    for special in ([0, 100, 101, 102, 103], [30000, 5], [0], [], [7, 7, 29999]):
+    # BERT's specials; RoBERTa's and XLM-R's (<mask> the last id: the run between is compared);
+    # one; none; repeated; specials at both ends with ids above them too
+    for special in ([0, 100, 101, 102, 103], [0, 1, 2, 3, 30521], [30000, 5], [0], [], [7, 7, 29999],
+                    [0, 3, 20000]):
         special = np.array(special, np.int32)
         ids[g.integers(0, len(ids), 500)] = special[0] if len(special) else 0
         assert np.array_equal(_not_special(ids, special), ~np.isin(ids, special)), special

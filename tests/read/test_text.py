@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from mlm_pipeline.read import ReadOptions, ranges
 from mlm_pipeline.read import text as text_reader
+from mlm_pipeline.read.ranges import is_blank
 
 from conftest import DATA
 
@@ -145,7 +146,7 @@ def test_runs_read_in_bulk_give_what_line_by_line_gives(tmp_path, data):
     path.write_bytes(raw)
     cuts = data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=6))
     options = ReadOptions(max_line_bytes=data.draw(st.sampled_from([12, 1 << 20])),
-                          max_document_bytes=data.draw(st.sampled_from([30, 64 << 20])))
+                          max_document_bytes=data.draw(st.sampled_from([30, 200, 64 << 20])))
     chunk = data.draw(st.integers(8, 256))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ranges, "CHUNK_BYTES", chunk)
@@ -179,3 +180,20 @@ def test_real_text_is_read_in_bulk(sample_dir, monkeypatch, name):
     one_by_one = read_cuts(path, "text", cuts)
     assert bulk[0] == one_by_one[0] == text_oracle(path.read_text(encoding="utf-8"))
     assert bulk[1].to_dict() == one_by_one[1].to_dict()
+
+
+def test_a_text_without_blank_lines_is_cut_in_bulk(monkeypatch):
+    """A novel without blank lines, read with a small document limit, is cut into parts of at
+    most that size a stretch at a time (no line-by-line step for its lines), with the parts,
+    cuts and counts of the line-by-line steps."""
+    path = DATA / "hongloumeng-300KB.txt"
+    lines = path.read_bytes().count(b"\n")
+    options = ReadOptions(max_document_bytes=20_000)
+    stepped = []
+    monkeypatch.setattr(text_reader, "is_blank", lambda line, too_long=False: stepped.append(line) or is_blank(line, too_long))
+    docs, stats = read_cuts(path, "text", [], options)
+    assert len(stepped) < 0.02 * lines, (len(stepped), lines)
+    assert stats.documents_cut == len(docs) - 1 > 10
+    assert all(len("\n".join(d).encode()) + 1 <= 20_000 for d in docs)
+    _line_by_line(monkeypatch)
+    assert read_cuts(path, "text", [], options)[0] == docs

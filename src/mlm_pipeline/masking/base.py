@@ -217,17 +217,31 @@ def visit_order(keys: np.ndarray, *, sort: bool = True) -> tuple[np.ndarray, int
 
 
 def not_special(ids: np.ndarray, special_ids: np.ndarray) -> np.ndarray:
-    """``~np.isin(ids, special_ids)`` for non-negative ids: a comparison with the largest special
-    id, then a table lookup for the few ids below it (7-9 ms -> 3.5 ms on 4.2 M ids)."""
+    """``~np.isin(ids, special_ids)`` for non-negative ids: one or two comparisons with the ends
+    of a run of ids without special ids, then a table lookup for the few ids outside it (7-9 ms
+    -> 3.5 ms on 4.2 M ids). The run is the ids above the largest special id (BERT's
+    vocabulary), or the widest run between two special ids where a sample of the ids falls
+    there more often: between ``<unk>`` (3) and ``<mask>`` (the last id) in RoBERTa's and XLM-R's,
+    where the ids above ``<mask>`` alone left every id to the lookup."""
     special_ids = np.asarray(special_ids)
     if special_ids.size == 0 or int(special_ids.min()) < 0:
         return ~np.isin(ids, special_ids)
     top = int(special_ids.max()) + 1
-    table = np.ones(top, dtype=bool)
+    table = np.ones(top + 1, dtype=bool)  # the last entry: every id above the specials
     table[special_ids] = False
-    cand = ids >= top  # every id above the specials; one comparison, 2-3x faster than a lookup
-    low = np.flatnonzero(~cand)  # the few others (the specials, and ids below the largest)
-    cand[low] = table[ids[low]]
+    edges = np.unique(special_ids)
+    inner = int(np.argmax(np.diff(edges))) if edges.size > 1 else None
+    sample = ids[:: max(1, ids.size // 1024)]
+    if inner is not None and ids.dtype.kind in "iu":
+        low, high = ids.dtype.type(edges[inner]), ids.dtype.type(edges[inner + 1])
+        inside = np.count_nonzero((sample > low) & (sample < high))
+    if inner is not None and ids.dtype.kind in "iu" and inside > np.count_nonzero(sample >= top):
+        cand = ids > low
+        cand &= ids < high  # two comparisons: still 2-3x faster than a lookup of every id
+    else:
+        cand = ids >= top  # every id above the specials; one comparison, 2-3x faster than a lookup
+    outside = np.flatnonzero(~cand)  # the few others (the specials, and ids outside the run)
+    cand[outside] = table[np.minimum(ids[outside], top)]
     return cand
 
 

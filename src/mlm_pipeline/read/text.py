@@ -11,7 +11,7 @@ text) otherwise gives one-sentence documents, whose pairs are nearly all random-
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, count
 from operator import not_
 from typing import Iterable, Iterator
@@ -40,33 +40,48 @@ class TextFormat(InputFormat):
 
 
 class DocumentBuffer:
-    """The raw lines of the document being read, with what is already known to be wrong."""
+    """The raw lines of the document being read, with what is already known to be wrong, and,
+    while every line came from a run decoded in bulk, their decoded and stripped texts
+    (``texts``; None once a line came without: the document is then decoded when taken)."""
 
-    __slots__ = ("lines", "start", "size", "too_long")
+    __slots__ = ("lines", "start", "size", "too_long", "texts")
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
         self.start = 0
         self.size = 0
         self.too_long = False
+        self.texts: list[str] | None = None
 
-    def add(self, start: int, line: bytes, too_long: bool) -> None:
+    def add(self, start: int, line: bytes, too_long: bool, text: str | None = None) -> None:
         if not self.lines:
             self.start = start
+            self.texts = []
         self.lines.append(line)
         self.size += len(line) + 1
         self.too_long = self.too_long or too_long
+        if self.texts is not None:
+            if text is None:
+                self.texts = None
+            else:
+                self.texts.append(text)
 
-    def extend(self, start: int, lines: list[bytes], size: int) -> None:
+    def extend(self, start: int, lines: list[bytes], size: int, texts: list[str] | None = None) -> None:
         """Add whole lines within the limits at once (``size``: their bytes with line ends)."""
         if not self.lines:
             self.start = start
+            self.texts = []
         self.lines.extend(lines)
         self.size += size
+        if self.texts is not None:
+            if texts is None:
+                self.texts = None
+            else:
+                self.texts.extend(texts)
 
     def take(self) -> tuple[list[bytes], int, bool]:
         out = (self.lines, self.start, self.too_long)
-        self.lines, self.size, self.too_long = [], 0, False
+        self.lines, self.size, self.too_long, self.texts = [], 0, False, None
         return out
 
 
@@ -123,55 +138,94 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
     """Documents owned by ``piece`` of a text-format file, each a list of stripped lines.
 
     Lines come in runs (a read chunk's whole lines, none with a NUL byte). A run that is valid
-    UTF-8 and within the document size limit is read in bulk: its lines decoded and stripped in C
-    (``map``), its documents between blank lines slices of that list, lines without a blank one
-    among them added to the document in progress at once. That is what the line-by-line steps
-    below give, at a fraction of the cost. Lines up to a run's first blank line and after its
-    last one (documents that began in an earlier run or go on in the next), the blank line that
-    ends the range, and every other run take the line-by-line steps.
+    UTF-8 is read in bulk: its lines decoded and stripped in C
+    (``map``), its documents between blank lines slices of that list, and the lines before its
+    first blank line and after its last one (documents that began in an earlier run or go on in
+    the next) added to the document in progress a stretch at a time, cut where it reaches the
+    size limit. That is what the line-by-line steps below give, at a fraction of the cost. The
+    blank line that ends the range and every other run take the line-by-line steps.
     """
     with OwnedLines(piece, options.max_line_bytes, is_blank, stats) as owned:
         doc = DocumentBuffer()
         limit = options.max_document_bytes
+
+        def emit() -> Iterator[list[str]]:
+            """The document in progress, given out (its texts as decoded in bulk where they all were)."""
+            texts = doc.texts
+            taken = doc.take()
+            if texts is not None:
+                yield from _documents((texts,), options, stats, replaced=False)
+            else:
+                yield from _emit(taken, piece, options, stats, owned.bom)
 
         def one_by_one(start: int, lines: list[bytes], too_long: bool) -> Iterator[list[str]]:
             """Read lines one at a time; returns True at the first blank line past the range."""
             for line in lines:
                 if is_blank(line, too_long):
                     if doc.lines:
-                        yield from _emit(doc.take(), piece, options, stats, owned.bom)
+                        yield from emit()
                     if owned.ends_at(start):
                         return True
                 else:
                     if doc.lines and doc.size + len(line) > limit:
                         stats.documents_cut += 1
-                        yield from _emit(doc.take(), piece, options, stats, owned.bom)
-                    doc.add(start, line, too_long)
+                        yield from emit()
+                    doc.add(start, line, too_long, None if too_long or b"\x00" in line else _stripped(line))
                 start += len(line) + 1
             return False
+
+        def without_blanks(start: int, lines: list[bytes], stripped: list[str], ends: list[int], i: int,
+                           n: int) -> Iterator[list[str]]:
+            """Lines ``i..n-1`` of a run, none of them blank (valid UTF-8, within the line limit):
+            what :func:`one_by_one` does with them, a stretch at a time. A line joins the document
+            in progress while ``doc.size + len(line) <= limit``, which for lines ``i..j`` after
+            its last one is ``ends[j] <= limit - doc.size + ends[i - 1] + 1``: one bisection per
+            cut, not a step per line (a text without blank lines, such as a novel, is cut into
+            documents of the block size here)."""
+            while i < n:
+                base = ends[i - 1] if i else 0
+                if not doc.lines:  # a document's first line joins it whatever its size
+                    doc.add(start + base, lines[i], False, stripped[i])
+                    i += 1
+                    continue
+                j = bisect_right(ends, limit - doc.size + base + 1, i, n)
+                if j > i:
+                    doc.extend(start + base, lines[i:j], ends[j - 1] - base, stripped[i:j])
+                if j < n:
+                    stats.documents_cut += 1
+                    yield from emit()
+                i = j
 
         def in_bulk(start: int, lines: list[bytes], stripped: list[str], blank: list[int], ends: list[int]):
             """Read lines whose blank lines (``blank``, indices) all start before the range's end;
             ``stripped``: the lines decoded and stripped; ``ends[i]``: where line ``i`` ends (past
             its line end) from ``start``."""
-            size = ends[len(lines) - 1] if lines else 0
             if not blank:  # every line goes on with the document in progress
-                if doc.size + size <= limit:
-                    doc.extend(start, lines, size)
-                else:
-                    yield from one_by_one(start, lines, False)
+                yield from without_blanks(start, lines, stripped, ends, 0, len(lines))
                 return
-            yield from one_by_one(start, lines[: blank[0] + 1], False)
-            middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
-            yield from _documents(middle, options, stats, replaced=False)
-            yield from one_by_one(start + ends[blank[-1]], lines[blank[-1] + 1 :], False)
+            first, last = blank[0], blank[-1]
+            yield from without_blanks(start, lines, stripped, ends, 0, first)  # the document in progress goes on
+            if doc.lines:
+                yield from emit()
+            if ends[-1] <= limit:  # every document between blank lines within the limit: slices
+                middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
+                yield from _documents(middle, options, stats, replaced=False)
+            else:
+                for a, b in zip(blank, blank[1:]):
+                    if b == a + 1:
+                        continue
+                    if ends[b - 1] - ends[a] <= limit:
+                        yield from _documents((stripped[a + 1 : b],), options, stats, replaced=False)
+                    else:  # a document over the limit: cut into parts as it goes
+                        yield from without_blanks(start, lines, stripped, ends, a + 1, b)
+                        yield from emit()
+            yield from without_blanks(start, lines, stripped, ends, last + 1, len(lines))  # a document that goes on
 
         for start, lines, too_long in owned.runs():
             decoded = None
             if len(lines) > 2:
                 ends = list(accumulate(map((1).__add__, map(len, lines))))  # past each line, from start
-                if ends[-1] <= limit:
-                    decoded = _stripped_run(lines)
+                decoded = _stripped_run(lines)
             if decoded is None:
                 if (yield from one_by_one(start, lines, too_long)):
                     return
@@ -188,7 +242,15 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
                 yield from one_by_one(start + (ends[stop - 1] if stop else 0), lines[stop : stop + 1], False)
                 return
         if doc.lines:
-            yield from _emit(doc.take(), piece, options, stats, owned.bom)
+            yield from emit()
+
+
+def _stripped(line: bytes) -> str | None:
+    """A line decoded and stripped, or None if it is not valid UTF-8."""
+    try:
+        return line.decode().strip()
+    except UnicodeDecodeError:
+        return None
 
 
 def _stripped_run(lines: list[bytes]) -> tuple[list[str], list[int]] | None:
