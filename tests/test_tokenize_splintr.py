@@ -19,8 +19,7 @@ from conftest import DATA, REPO
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
 from mlm_pipeline.tokenize.backends.hf import HFEncoder
 from mlm_pipeline.tokenize.selfcheck import PROBE_SETS, probes_for
-from mlm_pipeline.tokenize.selfcheck import utf8_size
-from mlm_pipeline.tokenize.unknown_words import HF_BYTES, unknown_word_texts
+from mlm_pipeline.tokenize.unknown_words import HF_CHARS, unknown_word_texts
 from test_shard_digests import INPUTS, run_case
 
 pytest.importorskip("splintr", reason="the fast-unigram extra (splintr-rs) is not installed")
@@ -215,7 +214,7 @@ def test_unknown_words_are_hfs_spans_found_in_the_words_that_hold_them(path):
     """The report's unknown words: HF's offsets on only the whitespace words the fast backend
     gives an unknown token (not on whole paragraphs, where HF cost more than the task's whole
     tokenization), the same words as HF's offsets on the whole texts, English and Chinese; where
-    words do not narrow the texts (Chinese), those of the first texts up to a budget in bytes."""
+    words do not narrow the texts (Chinese), those of the first texts up to a character budget."""
     tok = TextTokenizer(str(path))
     for corpus in (INPUTS[0], INPUTS[2], INPUTS[3]):
         lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()][:4000]
@@ -230,6 +229,6 @@ def test_unknown_words_are_hfs_spans_found_in_the_words_that_hold_them(path):
         got = tok.unknown_words(sample)
         assert got and got == whole[:len(got)]
         spans = unknown_word_texts(sample, tok.checked.encode_batch, tok.unk_id)
-        assert sum(map(utf8_size, spans[:-1])) < HF_BYTES
+        assert sum(map(len, spans[:-1])) < HF_CHARS
         if corpus == INPUTS[0] and path == XLMR:  # WikiText's <unk> words: a small part of its paragraphs
             assert got == whole and sum(map(len, spans)) < sum(map(len, sample)) / 20

@@ -1,7 +1,7 @@
 """Where a report's unknown words are looked for: HF's offsets name them, but HF on a task's
 sample of 200 long paragraphs cost more than the fast backend on the task's whole text (on
 WikiText with an XLM-R-style Unigram, 0.64 s a task; 0.23 s with HF on the words only), so HF
-sees only the words that hold them, up to ``HF_BYTES`` bytes of them a call."""
+sees only the words that hold them, up to ``HF_CHARS`` characters a call."""
 
 from __future__ import annotations
 
@@ -10,25 +10,22 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from tokenizers import models
 
-from mlm_pipeline.tokenize.selfcheck import utf8_size
-
 if TYPE_CHECKING:
     from mlm_pipeline.tokenize.loading import TextTokenizer
 
-HF_BYTES = 8 << 10
-"""UTF-8 bytes HF encodes again for one sample, at most (past the first text): where words do not
+HF_CHARS = 8 << 10
+"""Characters HF encodes again for one sample, at most (past the first text): where words do not
 narrow it (Chinese has no spaces between them), HF took 0.5 s for 200 paragraphs of 红楼梦, about
-what the fast backend takes for 3 MB of it, and 0.18 s for 32K characters; counted in characters,
-8K of them cost a Unigram run on 红楼梦 5% of its time (6 ms a task, 2 ms in bytes). WikiText's
-``<unk>`` words in a sample of 200 paragraphs: about 4K characters."""
+what the fast backend takes for 3 MB of it, and 0.18 s for 32K characters. WikiText's ``<unk>``
+words in a sample of 200 paragraphs: about 4K characters."""
 
 
-def unknown_word_texts(texts: list[str], encode: Callable, unk: int, budget: int = HF_BYTES) -> list[str]:
+def unknown_word_texts(texts: list[str], encode: Callable, unk: int, budget: int = HF_CHARS) -> list[str]:
     """What HF encodes again with offsets: of each text, only its whitespace-separated words that
     ``encode`` (the checked encoder) gives the unknown token ``unk``, when they hold as many as
     the whole text does, which they do where pre-tokenising splits at whitespace, as WordPiece's
     and SentencePiece's do; the whole text otherwise. Texts in order, up to ``budget`` characters
-    in all, in UTF-8 bytes (the first one whatever its size)."""
+    in all (the first one whatever its size)."""
     pieces = [text.split() for text in texts]
     flat = [w for words in pieces for w in words]
     ids, lens = encode(texts)
@@ -43,7 +40,7 @@ def unknown_word_texts(texts: list[str], encode: Callable, unk: int, budget: int
         start += len(words)
         chosen = [w for w, c in zip(words, counts.tolist()) if c] if int(counts.sum()) == found else [text]
         out.extend(chosen)
-        size += sum(map(utf8_size, chosen))
+        size += sum(map(len, chosen))
     return out
 
 
