@@ -25,7 +25,7 @@ from bisect import bisect_left, insort
 import numpy as np
 
 from mlm_pipeline.instances.base import (BuildContext, Objective, TokenizedDocs, copies_need_masks,
-                                         repeat_shuffled, with_sources)
+                                         repeat_shuffled, shuffled_copies, with_sources)
 from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges, lengths_to_offsets, ranges_to_indices
 from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
@@ -98,14 +98,22 @@ def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: 
 
 
 def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int, sep_id: int,
-                           cross_documents: bool = True, sources: bool = False) -> InstanceBatch:
+                           cross_documents: bool = True, sources: bool = False, copies: int = 1,
+                           rng: np.random.Generator | None = None) -> InstanceBatch:
     """One FULL-SENTENCES (or, without ``cross_documents``, DOC-SENTENCES) packing of the block,
-    in stream order, with each row's document starts (and with ``sources`` its documents)."""
+    with each row's document starts (and with ``sources`` its documents): in stream order, or
+    given ``rng``, ``copies`` of every row in one random order drawn from it
+    (:func:`~.base.shuffled_copies`, the rows' ranges permuted before their tokens are gathered)."""
     if len(docs.doc_sentences) == 0:
+        if rng is not None:
+            shuffled_copies(0, copies, rng)
         return InstanceBatch.empty(with_nsp=False)
     stream, item_len, is_sep = token_stream(docs, sep_id)
     starts, lens = pack_full_sentences(item_len, is_sep, max_seq_length - 2, cross_documents=cross_documents)
     starts, lens = np.asarray(starts, np.int64), np.asarray(lens, np.int64)
+    if rng is not None:
+        order = shuffled_copies(len(starts), copies, rng)
+        starts, lens = starts[order], lens[order]
     batch = single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
     sep_positions = lengths_to_offsets(item_len)[:-1][is_sep]
     batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens)
@@ -194,13 +202,12 @@ def build(docs: TokenizedDocs, ctx: BuildContext) -> tuple[InstanceBatch, dict]:
         once, counts = build_best_fit_instances(docs, max_seq_length=settings.max_seq_length,
                                                 cls_id=ctx.special.cls, sep_id=ctx.special.sep,
                                                 sources=ctx.tracks_sources)
-    else:
-        once = build_packed_instances(docs, max_seq_length=settings.max_seq_length, cls_id=ctx.special.cls,
-                                      sep_id=ctx.special.sep, cross_documents=getattr(settings, "cross_document", True),
-                                      sources=ctx.tracks_sources)
-    copies = settings.dupe_factor
-    batch = repeat_shuffled(once, copies, ctx.rng)
-    padding = int(len(once) * settings.max_seq_length - len(once.input_ids)) * copies
+        batch = repeat_shuffled(once, settings.dupe_factor, ctx.rng)
+    else:  # copies shuffled as the rows are cut: one gather
+        batch = build_packed_instances(docs, max_seq_length=settings.max_seq_length, cls_id=ctx.special.cls,
+                                       sep_id=ctx.special.sep, cross_documents=getattr(settings, "cross_document", True),
+                                       sources=ctx.tracks_sources, copies=settings.dupe_factor, rng=ctx.rng)
+    padding = int(len(batch) * settings.max_seq_length - len(batch.input_ids))
     return batch, {"instances": len(batch), "padding_tokens": padding, **counts}
 
 
