@@ -1,10 +1,12 @@
 """Where a report's unknown words are looked for: HF's offsets name them, but HF on a task's
 sample of 200 long paragraphs cost more than the fast backend on the task's whole text (on
 WikiText with an XLM-R-style Unigram, 0.64 s a task; 0.23 s with HF on the words only), so HF
-sees only the words that hold them, up to ``HF_CHARS`` characters a call."""
+sees only the words (or, in text without spaces, the clauses) that hold them, up to ``HF_CHARS``
+characters a call."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -14,19 +16,35 @@ if TYPE_CHECKING:
     from mlm_pipeline.tokenize.loading import TextTokenizer
 
 HF_CHARS = 8 << 10
-"""Characters HF encodes again for one sample, at most (past the first text): where words do not
-narrow it (Chinese has no spaces between them), HF took 0.5 s for 200 paragraphs of 红楼梦, about
-what the fast backend takes for 3 MB of it, and 0.18 s for 32K characters. WikiText's ``<unk>``
-words in a sample of 200 paragraphs: about 4K characters."""
+"""Characters HF encodes again for one sample, at most (past the first piece): on whole lines of
+红楼梦 (no spaces), HF took 0.5 s for 200 paragraphs, about what the fast backend takes for 3 MB of
+it, and 0.18 s for 32K characters; on its clauses that hold an unknown character, 1 ms for a
+task's sample. WikiText's ``<unk>`` words in a sample of 200 paragraphs: about 4K characters."""
+
+
+CLAUSES = re.compile(r"[^!-/:-@\[-`{-~\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]+"
+                     r"|[!-/:-@\[-`{-~\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+"""A long word's pieces: the runs between punctuation marks (ASCII, CJK and full-width), and
+each mark alone. Chinese has no spaces between its words, but clauses between its punctuation:
+a 红楼梦 line is one "word" of a few hundred characters, a clause a dozen."""
+LONG_WORD = 32
+"""Words longer than this are cut into :data:`CLAUSES` (a short one is kept whole: an added token
+such as ``<unk>`` must stay one piece to be matched)."""
+
+
+def _pieces(text: str) -> list[str]:
+    return [p for w in text.split() for p in (CLAUSES.findall(w) if len(w) > LONG_WORD else (w,))]
 
 
 def unknown_word_texts(texts: list[str], encode: Callable, unk: int, budget: int = HF_CHARS) -> list[str]:
-    """What HF encodes again with offsets: of each text, only its whitespace-separated words that
+    """What HF encodes again with offsets: of each text, only its pieces (whitespace-separated
+    words, long ones cut into :data:`CLAUSES`) that
     ``encode`` (the checked encoder) gives the unknown token ``unk``, when they hold as many as
-    the whole text does, which they do where pre-tokenising splits at whitespace, as WordPiece's
-    and SentencePiece's do; the whole text otherwise. Texts in order, up to ``budget`` characters
-    in all (the first one whatever its size)."""
-    pieces = [text.split() for text in texts]
+    the whole text does, which they do where pre-tokenising splits at whitespace and
+    punctuation, or the unknown characters are unknown in any context, as with WordPiece and
+    SentencePiece; the whole text otherwise. In order, up to ``budget`` characters in all (the
+    first piece whatever its size)."""
+    pieces = list(map(_pieces, texts))
     flat = [w for words in pieces for w in words]
     ids, lens = encode(texts)
     word_ids, word_lens = encode(flat)
@@ -38,9 +56,11 @@ def unknown_word_texts(texts: list[str], encode: Callable, unk: int, budget: int
             break
         counts = per_word[start:start + len(words)]
         start += len(words)
-        chosen = [w for w, c in zip(words, counts.tolist()) if c] if int(counts.sum()) == found else [text]
-        out.extend(chosen)
-        size += sum(map(len, chosen))
+        for piece in [w for w, c in zip(words, counts.tolist()) if c] if int(counts.sum()) == found else [text]:
+            if size >= budget:
+                break
+            out.append(piece)
+            size += len(piece)
     return out
 
 
