@@ -78,9 +78,19 @@ def unknown_words(tok: "TextTokenizer", texts: list[str]) -> list[str]:
     texts = tok._preprocess(texts)
     words: list[str] = []
     if tok.tokenizer is not None:
-        texts = unknown_word_texts(texts, tok.checked.encode_batch, unk)
-        for text, enc in zip(texts, tok.tokenizer.encode_batch(texts, add_special_tokens=False)):
-            words.extend(text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk)
+        pieces = unknown_word_texts(texts, tok.checked.encode_batch, unk)
+        # a piece that is the unknown token alone (WikiText's "<unk>", a word WordPiece cannot
+        # spell) is that word: HF only for the others
+        ids, lens = tok.checked.encode_batch(pieces)
+        alone = (lens == 1) & (ids[np.minimum(np.cumsum(lens) - lens, max(len(ids) - 1, 0))] == unk)
+        others = [p for p, a in zip(pieces, alone.tolist()) if not a]
+        spans = iter(tok.tokenizer.encode_batch(others, add_special_tokens=False) if others else ())
+        for piece, a in zip(pieces, alone.tolist()):
+            if a:
+                words.append(piece)
+            else:
+                enc = next(spans)
+                words.extend(piece[s:e] for i, (s, e) in zip(enc.ids, enc.offsets) if i == unk)
         return words
     for text in texts:
         words.extend(w for w in text.split() if unk in tok.checked.encode_batch([w])[0])
