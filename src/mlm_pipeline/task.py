@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from collections import Counter
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from numpy.random import default_rng  # numpy imports its random module on first use otherwise
@@ -292,6 +292,42 @@ def _select_documents(docs: TokenizedDocs, keep: np.ndarray) -> TokenizedDocs:
                          read_index=None if docs.read_index is None else docs.read_index[keep])
 
 
+def _blocks(task: Task, config: PrepareConfig, options: ReadOptions,
+            read_stats: ReadStats) -> Iterator[tuple[str | None, list[list[str]], bool]]:
+    """The task's documents in blocks of ``block_bytes``: ``(language, documents, full)``, the
+    blocks numbered in the order they fill, those left unfilled at the end last (by language).
+    A block per language (one, language None, without languages): an instance never mixes
+    languages. Without languages the loop keeps its block in locals (a dict lookup per document
+    cost a 100 MB run of short paragraphs 0.07 s)."""
+    block_bytes = config.block_bytes
+    if not languages_in_use(config):
+        block, size = [], 0
+        for piece in task.pieces:
+            for doc in iter_documents(piece, options, read_stats):
+                block.append(doc)
+                size += text_bytes(doc)
+                if size >= block_bytes:
+                    yield None, block, True
+                    block, size = [], 0
+        if block:
+            yield None, block, False
+        return
+    detect = language_detector(config)
+    blocks: dict[str | None, tuple[list[list[str]], int]] = {}
+    for piece in task.pieces:
+        for doc in iter_documents(piece, options, read_stats):
+            language = document_language(doc, piece, detect)
+            block, size = blocks.pop(language, ([], 0))
+            block.append(doc)
+            size += text_bytes(doc)
+            if size >= block_bytes:
+                yield language, block, True
+            else:
+                blocks[language] = (block, size)
+    for language, (block, _) in sorted(blocks.items(), key=lambda kv: kv[0] or ""):
+        yield language, block, False
+
+
 def _run_reference(task: Task, config: PrepareConfig, tok: TextTokenizer, read_stats: ReadStats,
                    block_stats: _BlockStats, sink: ShardSink, report: Callable[[], None]) -> dict | None:
     """Reference mode: the objective's reference reads the task's files whole, with its own
@@ -347,27 +383,10 @@ def run_task(task: Task, config: PrepareConfig, progress: ProgressFn | None = No
         if config.reference:
             reference_backend = _run_reference(task, config, tok, read_stats, block_stats, sink, report)
         else:
-            # a block per language (one block, language None, without languages): an instance
-            # never mixes languages; blocks are numbered in the order they fill
-            labelled = languages_in_use(config)
-            detect = language_detector(config)
-            blocks: dict[str | None, tuple[list[list[str]], int]] = {}
-            block_index = 0
-            for piece in task.pieces:
-                for doc in iter_documents(piece, options, read_stats):
-                    language = document_language(doc, piece, detect) if labelled else None
-                    block, block_size = blocks.pop(language, ([], 0))
-                    block.append(doc)
-                    block_size += text_bytes(doc)
-                    if block_size >= config.block_bytes:
-                        _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink, language)
-                        block_index += 1
-                        report()
-                    else:
-                        blocks[language] = (block, block_size)
-            for language, (block, _) in sorted(blocks.items(), key=lambda kv: kv[0] or ""):
+            for block_index, (language, block, full) in enumerate(_blocks(task, config, options, read_stats)):
                 _process_block(block, block_index, task, config, tok, read_stats, block_stats, sink, language)
-                block_index += 1
+                if full:
+                    report()
             report()
         shards = sink.close()
         _check_all_written(task, block_stats, shards)
