@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 
 from mlm_pipeline.read import Piece, ReadOptions, get_input_format, iter_documents
 from mlm_pipeline.stats import ReadStats
@@ -54,3 +56,21 @@ def text_oracle(data: str) -> list[list[str]]:
     if cur:
         docs.append(cur)
     return docs
+
+
+def docs_recipe(page, name: str) -> tuple[str, list[str]]:
+    """A recipe of a docs page (the Python block after its ``<!-- recipe: NAME`` marker) and the
+    arguments of the ``mlm-pipeline`` command after it."""
+    text = page.read_text(encoding="utf-8")
+    after = text[text.index(f"<!-- recipe: {name}"):]
+    python = re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    command = re.search(r"```bash\n(.*?)```", after, re.S).group(1).strip()
+    argv = shlex.split(command)
+    assert argv[:2] == ["mlm-pipeline", "prepare"], command
+    return python, argv[1:]
+
+
+def wikitext_articles(path) -> list[str]:
+    """The articles of a WikiText file, as the curation recipes cut their crawl from it."""
+    text = path.read_text(encoding="utf-8")
+    return [a.strip() for a in re.split(r"\n(?= = [^=].* = \n)", text) if a.strip()]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 
@@ -15,28 +13,18 @@ import pytest
 
 from conftest import REPO
 
+from .helpers import docs_recipe, wikitext_articles
+
 pytest.importorskip("datatrove")
 pytest.importorskip("orjson")  # (datatrove's JSONL reader needs it)
 
 PAGE = REPO / "docs" / "inputs.md"
 
 
-def _recipe() -> tuple[str, list[str]]:
-    """The recipe's Python block and the arguments of the ``mlm-pipeline`` command after it."""
-    text = PAGE.read_text(encoding="utf-8")
-    after = text[text.index("<!-- recipe: datatrove"):]
-    python = re.search(r"```python\n(.*?)```", after, re.S).group(1)
-    command = re.search(r"```bash\n(.*?)```", after, re.S).group(1).strip()
-    argv = shlex.split(command)
-    assert argv[:2] == ["mlm-pipeline", "prepare"], command
-    return python, argv[1:]
-
-
 def _expected_documents() -> int:
     """What the recipe should keep, counted without datatrove: articles of 2,000 characters or
     more, each text once."""
-    text = (REPO / "sample" / "wikitext2-train-1MB.txt").read_text(encoding="utf-8")
-    articles = [a.strip() for a in re.split(r"\n(?= = [^=].* = \n)", text) if a.strip()]
+    articles = wikitext_articles(REPO / "sample" / "wikitext2-train-1MB.txt")
     return len({a for a in articles if len(a) >= 2000})
 
 
@@ -45,7 +33,7 @@ def test_the_datatrove_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
 
     from mlm_pipeline.cli import app
 
-    python, args = _recipe()
+    python, args = docs_recipe(PAGE, "datatrove")
     (tmp_path / "sample").symlink_to(REPO / "sample")
     (tmp_path / "recipe.py").write_text(python, encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +21,8 @@ import pytest
 
 from conftest import REPO
 
+from .helpers import docs_recipe, wikitext_articles
+
 if importlib.util.find_spec("nemo_curator") is None:
     pytest.skip("nemo-curator is not installed (the test extra installs it)", allow_module_level=True)
 
@@ -31,29 +31,12 @@ pytestmark = pytest.mark.ray  # the recipe starts a local Ray
 PAGE = REPO / "docs" / "inputs.md"
 
 
-def _recipe() -> tuple[str, list[str]]:
-    """The recipe's Python block and the arguments of the ``mlm-pipeline`` command after it."""
-    text = PAGE.read_text(encoding="utf-8")
-    after = text[text.index("<!-- recipe: nemo-curator"):]
-    python = re.search(r"```python\n(.*?)```", after, re.S).group(1)
-    command = re.search(r"```bash\n(.*?)```", after, re.S).group(1).strip()
-    argv = shlex.split(command)
-    assert argv[:2] == ["mlm-pipeline", "prepare"], command
-    return python, argv[1:]
-
-
-def _articles() -> list[str]:
-    """The crawl's articles, split without NeMo Curator (the recipe's rule)."""
-    text = (REPO / "sample" / "wikitext2-train-1MB.txt").read_text(encoding="utf-8")
-    return [a.strip() for a in re.split(r"\n(?= = [^=].* = \n)", text) if a.strip()]
-
-
 def test_the_nemo_curator_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
     from typer.testing import CliRunner
 
     from mlm_pipeline.cli import app
 
-    python, args = _recipe()
+    python, args = docs_recipe(PAGE, "nemo-curator")
     (tmp_path / "sample").symlink_to(REPO / "sample")
     (tmp_path / "recipe.py").write_text(python, encoding="utf-8")
     ray_tmp = tempfile.mkdtemp(prefix="mlc", dir="/tmp")  # short: Ray's socket paths have a length limit
@@ -68,7 +51,7 @@ def test_the_nemo_curator_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    articles = _articles()
+    articles = wikitext_articles(REPO / "sample" / "wikitext2-train-1MB.txt")
     crawl = [json.loads(line) for line in (tmp_path / "crawl.jsonl").read_text().splitlines()]
     assert len(crawl) == len(articles) + 5 == 69  # as the page says: 64 articles, the first 5 twice
     stubs = [a for a in articles if len(a.split()) < 300]
