@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -74,3 +75,20 @@ def wikitext_articles(path) -> list[str]:
     """The articles of a WikiText file, as the curation recipes cut their crawl from it."""
     text = path.read_text(encoding="utf-8")
     return [a.strip() for a in re.split(r"\n(?= = [^=].* = \n)", text) if a.strip()]
+
+
+def prepare_as_typed(cwd, args: list[str]) -> dict:
+    """``mlm-pipeline ARGS`` run from ``cwd`` (its paths relative, as a user types them), one
+    worker; the manifest it wrote."""
+    from typer.testing import CliRunner
+
+    from mlm_pipeline.cli import app
+
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(app, [*args, "--workers", "1", "--no-progress"])
+        assert result.exit_code == 0, result.output
+    finally:
+        os.chdir(before)
+    return json.loads((cwd / args[args.index("-o") + 1] / "manifest.json").read_text())

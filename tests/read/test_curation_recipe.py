@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 
-from .helpers import docs_recipe, wikitext_articles
+from .helpers import docs_recipe, prepare_as_typed, wikitext_articles
 
 pytest.importorskip("datatrove")
 pytest.importorskip("orjson")  # (datatrove's JSONL reader needs it)
@@ -29,10 +29,6 @@ def _expected_documents() -> int:
 
 
 def test_the_datatrove_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
-    from typer.testing import CliRunner
-
-    from mlm_pipeline.cli import app
-
     python, args = docs_recipe(PAGE, "datatrove")
     (tmp_path / "sample").symlink_to(REPO / "sample")
     (tmp_path / "recipe.py").write_text(python, encoding="utf-8")
@@ -44,22 +40,10 @@ def test_the_datatrove_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
     assert len(records) == 69  # as the page says: 64 articles, the first 5 twice
     assert sorted(p.name for p in (tmp_path / "curated").iterdir()) == ["00000.jsonl.gz"]
 
-    cwd = os.getcwd()
-    os.chdir(tmp_path)  # the command's paths are relative, as a user types them
-    try:
-        result = CliRunner().invoke(app, [*args, "--workers", "1", "--no-progress"])
-        assert result.exit_code == 0, result.output
-        out = tmp_path / args[args.index("-o") + 1]
-        manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest["totals"]["documents_read"] == _expected_documents() == 61  # 3 stubs, 5 repeats gone
-        assert manifest["totals"]["documents_skipped"] == {} and manifest["format"] == "hf"
-        assert [i["path"].rsplit("/", 1)[-1] for i in manifest["inputs"]] == ["00000.jsonl.gz"]
-
-        parquet_args = [a.replace("curated/", "curated-parquet/").replace("curated-out/", "curated-parquet-out/")
-                        for a in args]
-        result = CliRunner().invoke(app, [*parquet_args, "--workers", "1", "--no-progress"])
-        assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
-    from_parquet = json.loads((tmp_path / "curated-parquet-out" / "manifest.json").read_text())
+    manifest = prepare_as_typed(tmp_path, args)
+    assert manifest["totals"]["documents_read"] == _expected_documents() == 61  # 3 stubs, 5 repeats gone
+    assert manifest["totals"]["documents_skipped"] == {} and manifest["format"] == "hf"
+    assert [i["path"].rsplit("/", 1)[-1] for i in manifest["inputs"]] == ["00000.jsonl.gz"]
+    from_parquet = prepare_as_typed(tmp_path, [a.replace("curated/", "curated-parquet/")
+                                               .replace("curated-out/", "curated-parquet-out/") for a in args])
     assert [s["sha256"] for s in from_parquet["shards"]] == [s["sha256"] for s in manifest["shards"]]

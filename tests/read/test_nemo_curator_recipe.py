@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO
 
-from .helpers import docs_recipe, wikitext_articles
+from .helpers import docs_recipe, prepare_as_typed, wikitext_articles
 
 if importlib.util.find_spec("nemo_curator") is None:
     pytest.skip("nemo-curator is not installed (the test extra installs it)", allow_module_level=True)
@@ -32,10 +32,6 @@ PAGE = REPO / "docs" / "inputs.md"
 
 
 def test_the_nemo_curator_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
-    from typer.testing import CliRunner
-
-    from mlm_pipeline.cli import app
-
     python, args = docs_recipe(PAGE, "nemo-curator")
     (tmp_path / "sample").symlink_to(REPO / "sample")
     (tmp_path / "recipe.py").write_text(python, encoding="utf-8")
@@ -72,24 +68,13 @@ def test_the_nemo_curator_recipe_runs_and_prepare_reads_what_it_wrote(tmp_path):
     assert set(table.column_names) == {"text", "id", "metadata", "word_count", "__index_level_0__"}
     assert table.column("text").to_pylist() == [r["text"] for r in kept]
 
-    cwd = os.getcwd()
-    os.chdir(tmp_path)  # the command's paths are relative, as a user types them
-    try:
-        result = CliRunner().invoke(app, [*args, "--workers", "1", "--no-progress"])
-        assert result.exit_code == 0, result.output
-        out = tmp_path / args[args.index("-o") + 1]
-        manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest["totals"]["documents_read"] == 61  # 3 stubs, 5 repeats gone
-        assert manifest["totals"]["documents_skipped"] == {} and manifest["format"] == "hf"
-        assert [i["path"].rsplit("/", 1)[-1] for i in manifest["inputs"]] == [files[0].name]
-
-        parquet_args = [a.replace("curator-jsonl/", "curator-parquet/").replace("curator-out/", "curator-parquet-out/")
-                        for a in args]
-        assert parquet_args != args
-        result = CliRunner().invoke(app, [*parquet_args, "--workers", "1", "--no-progress"])
-        assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
-    from_parquet = json.loads((tmp_path / "curator-parquet-out" / "manifest.json").read_text())
+    manifest = prepare_as_typed(tmp_path, args)
+    assert manifest["totals"]["documents_read"] == 61  # 3 stubs, 5 repeats gone
+    assert manifest["totals"]["documents_skipped"] == {} and manifest["format"] == "hf"
+    assert [i["path"].rsplit("/", 1)[-1] for i in manifest["inputs"]] == [files[0].name]
+    parquet_args = [a.replace("curator-jsonl/", "curator-parquet/").replace("curator-out/", "curator-parquet-out/")
+                    for a in args]
+    assert parquet_args != args
+    from_parquet = prepare_as_typed(tmp_path, parquet_args)
     assert from_parquet["totals"]["documents_read"] == 61
     assert [s["sha256"] for s in from_parquet["shards"]] == [s["sha256"] for s in manifest["shards"]]
