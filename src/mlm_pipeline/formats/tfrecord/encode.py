@@ -426,10 +426,9 @@ def _encode_chunk(checked: list[tuple[str, str, np.ndarray]], n: int) -> np.ndar
     return _flat_bytes(records)
 
 
-_CHUNK_BYTES = 1 << 24  # records are encoded in chunks of about this many (estimated) bytes: the
-# estimate is ~5x a BERT record's real size, so a chunk is ~3,400 records (~3 MB of output);
-# chunks of half the size cost 8-10% more in per-chunk numpy calls (a 4 MB block of packed rows
-# with a byte-level BPE: 22 -> 20 ms), larger ones gain nothing
+_CHUNK_BYTES = 1 << 23  # records are encoded in chunks of about this many (estimated) bytes: the
+# estimate is ~5x a BERT record's real size, so a chunk is ~1,700 records (~1.4 MB of output);
+# chunks of half the size cost 8% more in per-chunk numpy calls, larger ones gain nothing
 
 
 def iter_encoded_examples(features: Mapping[str, np.ndarray]) -> Iterator[np.ndarray]:
