@@ -31,17 +31,18 @@ from mlm_pipeline.read import ReadOptions, iter_documents
 from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
-from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts, utf8_size
+from mlm_pipeline.tokenize.selfcheck import check_budget, first_texts
 from mlm_pipeline.formats.sink import open_sink
 
 ProgressFn = Callable[[dict], None]
 
 
 def text_bytes(sentences: list[str]) -> int:
-    """UTF-8 size of the sentences, what ``block_bytes`` counts (an ASCII text's size is its
-    length: ``isascii`` is a flag check in CPython; lone surrogates, which JSON escapes can
-    produce, count their 3 bytes instead of failing)."""
-    return utf8_size("".join(sentences))
+    """UTF-8 size of the sentences, what ``block_bytes`` counts: an ASCII text's size is its
+    length (``isascii`` is a flag check in CPython); other texts are encoded once (lone
+    surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
+    text = "".join(sentences)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def tokenize_documents(

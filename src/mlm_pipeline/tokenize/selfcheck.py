@@ -141,25 +141,18 @@ CHECK_MAX_BYTES = 64 << 10
 
 
 def check_budget(task_bytes: int) -> int:
-    """UTF-8 bytes of a task's first block that the backend check encodes a second time, with HF.
+    """Characters of a task's first block that the backend check encodes a second time, with HF.
 
     HF is ~50x slower than the fast backend, so the check costs about 50x the share of the text
     it covers: 1/512 of the task (4-64 KB) adds at most ~10% to the tokenizer's own small cost
     (64 KB of each 64 MB task; a fixed 64 KB made 1 MB tasks encode 6% of their text with HF,
-    more than all their other stages together). Counted in bytes, as the task is: counted in
-    characters, Chinese text (3 bytes a character) was checked on 3/512 of its bytes, 3% of a
-    Unigram run on 红楼梦.
+    more than all their other stages together).
     """
     return int(min(CHECK_MAX_BYTES, max(CHECK_MIN_BYTES, task_bytes * CHECK_FRACTION)))
 
 
-def utf8_size(text: str) -> int:
-    """A text's UTF-8 size (an ASCII text's length; lone surrogates count their 3 bytes)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
 def first_texts(documents: list[list[str]], budget: int = CHECK_MAX_BYTES) -> list[str]:
-    """Texts of a block for the backend check, about ``budget`` bytes of UTF-8.
+    """Texts of a block for the backend check, about ``budget`` characters.
 
     Texts with non-ASCII characters come first (in their order), since that is where encoders
     differ (normalisation, accents, scripts, Unicode categories); the first texts of the block
@@ -172,7 +165,7 @@ def first_texts(documents: list[list[str]], budget: int = CHECK_MAX_BYTES) -> li
     for s in texts:
         if not s.isascii():
             chosen.append(s[:CHECK_MAX_BYTES])
-            size += utf8_size(chosen[-1])
+            size += len(chosen[-1])
             if size >= budget:
                 return chosen
     for s in texts:
