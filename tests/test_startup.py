@@ -44,3 +44,19 @@ def test_a_local_prepare_loads_no_module_it_does_not_use(tmp_path, fmt):
             "--no-progress", "--format", fmt, "--dupe-factor", "2"]
     assert modules_loaded(args, NOT_IN_A_LOCAL_RUN) == []
     assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_parquet_run_carrying_record_ids_loads_no_pandas_either(tmp_path):
+    """The ``document_ids`` and ``document_metadata`` columns are built from buffers too."""
+    lines = [line for line in SAMPLE_TEXT.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps({"text": line, "id": f"r{n}", "metadata": {"n": n}}) + "\n"
+                               for n, line in enumerate(lines)), encoding="utf-8")
+    args = ["prepare", str(records), "-o", str(tmp_path / "out"), "-t", str(VOCAB), "--workers", "1",
+            "--no-progress", "--format", "parquet", "--id-field", "id", "--metadata-field", "metadata"]
+    assert modules_loaded(args, NOT_IN_A_LOCAL_RUN) == []
+    import pyarrow.parquet as pq
+
+    shard = next((tmp_path / "out").rglob("*.parquet"))
+    ids = [i for row in pq.read_table(shard, columns=["document_ids"]).column(0).to_pylist() for i in row]
+    assert ids and set(ids) <= {f"r{n}" for n in range(len(lines))}

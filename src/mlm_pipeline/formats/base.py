@@ -49,6 +49,38 @@ def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= UINT16_VOCAB else np.uint32)
 
 
+def string_array(values):
+    """Strings as an Arrow string array built from its buffers: ``pa.array`` would import pandas
+    (when it is installed) to probe for its types, 0.2 s of a run's start-up."""
+    import pyarrow as pa
+
+    encoded = [str(v).encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def string_lists(values: np.ndarray, offsets: np.ndarray):
+    """Rows of strings (``values`` cut by ``offsets``) as an Arrow ``list<string>`` array: the
+    ``document_ids`` and ``document_metadata`` columns of Parquet and HF shards."""
+    import pyarrow as pa
+
+    offsets = np.ascontiguousarray(offsets, dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]),
+                                    string_array(values))
+
+
+def string_list_values(column) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<string>`` column (chunked or not) as (its rows' strings back to back, an object
+    array; offsets int64 from 0): what :func:`string_lists` was given."""
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if len(arr) == 0:  # (an empty array may have no offsets buffer)
+        return np.zeros(0, object), np.zeros(1, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, count=len(arr) + 1, offset=4 * arr.offset).astype(np.int64)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return np.array(values.to_pylist(), dtype=object), offsets - offsets[0]
+
+
 class ShardWriter(Protocol):
     """Appends blocks of instances to one shard file (an open binary file it does not close).
 

@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat, ShardLayout, id_dtype
+from mlm_pipeline.formats.base import (OutputFormat, ShardLayout, id_dtype, string_array, string_list_values,
+                                       string_lists)
 from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets
 
 IGNORE = -100
@@ -99,12 +100,6 @@ def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.ListA
     return pa.ListArray.from_arrays(_array(offsets, pa.int32()), _array(values, typ.value_type))
 
 
-def _strings(values: np.ndarray) -> pa.StringArray:
-    encoded = [str(v).encode() for v in values]
-    offsets = lengths_to_offsets(np.array([len(e) for e in encoded], np.int64)).astype(np.int32)
-    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
-
-
 def labels_of(batch: InstanceBatch) -> np.ndarray:
     """Per token: the original id at each masked position, :data:`IGNORE` elsewhere."""
     labels = np.full(len(batch.input_ids), IGNORE, np.int32)
@@ -122,9 +117,8 @@ def batch_to_table(batch: InstanceBatch, schema: pa.Schema) -> pa.Table:
         "next_sentence_label": lambda typ: _array(batch.next_sentence_labels, typ),
         "token_boundary": lambda typ: _list(batch.token_boundary, batch.offsets, typ),
         "document_starts": lambda typ: _list(batch.document_starts, batch.document_offsets, typ),
-        "language": lambda typ: _strings(batch.languages),
-        **{name: (lambda typ, name=name: pa.ListArray.from_arrays(_array(batch.source_offsets, pa.int32()),
-                                                                  _strings(getattr(batch, name))))
+        "language": lambda typ: string_array(batch.languages),
+        **{name: (lambda typ, name=name: string_lists(getattr(batch, name), batch.source_offsets))
            for name in ("document_ids", "document_metadata")},
     }
     for field in schema:
@@ -214,7 +208,8 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     boundary = _flat(table, "token_boundary")[0].astype(np.int8) if "token_boundary" in names else None
     starts, document_offsets = _flat(table, "document_starts") if "document_starts" in names else (None, None)
     languages = (np.array(table.column("language").to_pylist(), dtype=str) if "language" in names else None)
-    sources = {name: _strings_of(table, name) for name in ("document_ids", "document_metadata") if name in names}
+    sources = {name: string_list_values(table.column(name)) for name in ("document_ids", "document_metadata")
+               if name in names}
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=segments.astype(np.int8),
@@ -230,16 +225,6 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
         source_offsets=next((offsets for _, offsets in sources.values()), None),
         **{name: values for name, (values, _) in sources.items()},
     )
-
-
-def _strings_of(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A list<string> column's values (an object array) and its offsets from 0."""
-    arr = table.column(name).combine_chunks()
-    if len(arr) == 0:
-        return np.zeros(0, object), np.zeros(1, np.int64)
-    offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
-    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pylist()
-    return np.array(values, dtype=object), offsets - offsets[0]
 
 
 def _open_table(url: str) -> pa.Table:

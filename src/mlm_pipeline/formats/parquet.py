@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlm_pipeline import fs
-from mlm_pipeline.formats.base import OutputFormat, ShardLayout, id_dtype
+from mlm_pipeline.formats.base import (OutputFormat, ShardLayout, id_dtype, string_array, string_list_values,
+                                       string_lists)
 from mlm_pipeline.instances.batch import InstanceBatch
 
 def id_type(vocab_size: int | None) -> pa.DataType:
@@ -70,17 +71,8 @@ def source_columns(batch: InstanceBatch) -> list[tuple[pa.Field, pa.ListArray]]:
     """The batch's ``document_ids`` and ``document_metadata`` (those it has) as list<string> columns."""
     if batch.source_offsets is None:
         return []
-    offsets = _array(batch.source_offsets, pa.int32())
-    return [(field, pa.ListArray.from_arrays(offsets, pa.array(getattr(batch, name).tolist(), pa.string())))
+    return [(field, string_lists(getattr(batch, name), batch.source_offsets))
             for name, field in SOURCE_FIELDS.items() if getattr(batch, name) is not None]
-
-
-def source_values(column: pa.ChunkedArray | pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    """A list<string> column as (flat values, an object array; offsets int64)."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = _numpy(arr.offsets, np.int32).astype(np.int64)
-    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    return np.array(values.to_pylist(), dtype=object), offsets - offsets[0]
 
 
 _NUMPY_TYPE = {pa.int32(): np.int32, pa.float32(): np.float32, pa.uint16(): np.uint16, pa.uint32(): np.uint32}
@@ -128,7 +120,7 @@ def batch_to_table(batch: InstanceBatch, vocab_size: int | None = None) -> pa.Ta
         schema = schema.append(DOCUMENT_STARTS)
     language = []
     if batch.languages is not None:  # (runs with languages only: other shards keep their schema and bytes)
-        language = [pa.array(batch.languages.tolist(), pa.string())]
+        language = [string_array(batch.languages)]
         schema = schema.append(LANGUAGE_FIELD)
     sources = source_columns(batch)  # (runs asking for them only, as languages)
     for field, _ in sources:
@@ -174,7 +166,7 @@ def table_to_batch(table: pa.Table) -> InstanceBatch:
     documents = _flat(table.column("document_starts")) if "document_starts" in table.column_names else None
     languages = (np.array(table.column("language").to_pylist(), dtype=str)
                  if "language" in table.column_names else None)
-    sources = {name: source_values(table.column(name)) for name in SOURCE_FIELDS if name in table.column_names}
+    sources = {name: string_list_values(table.column(name)) for name in SOURCE_FIELDS if name in table.column_names}
     return InstanceBatch(
         input_ids=ids.astype(np.int32),
         segment_ids=seg.astype(np.int8),
