@@ -124,9 +124,11 @@ def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def _take_ragged(values: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ragged rows ``order`` of ``values`` cut by ``offsets``, and their offsets."""
+    """The ragged rows ``order`` of ``values`` cut by ``offsets``, and their offsets (a row's
+    document starts, its source records)."""
     counts = np.diff(offsets)[order]
-    return values[ranges_to_indices(offsets[:-1][order], counts)], lengths_to_offsets(counts)
+    (taken,) = gather_ranges((values,), offsets[:-1][order], counts)
+    return taken, lengths_to_offsets(counts)
 
 
 def _concat_sources(batches: list["InstanceBatch"]) -> dict:
@@ -268,9 +270,7 @@ class InstanceBatch:
         """``document_starts`` and ``document_offsets`` of the rows ``order``, in that order."""
         if self.document_starts is None:
             return None, None
-        counts = np.diff(self.document_offsets)[order]
-        (starts,) = gather_ranges((self.document_starts,), self.document_offsets[:-1][order], counts)
-        return starts, lengths_to_offsets(counts)
+        return _take_ragged(self.document_starts, self.document_offsets, order)
 
     def take(self, order: np.ndarray) -> "InstanceBatch":
         """Rows in the given order (used to shuffle instances within a task)."""

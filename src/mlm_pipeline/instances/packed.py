@@ -104,9 +104,7 @@ def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: 
     with each row's document starts (and with ``sources`` its documents): in stream order, or
     given ``rng``, ``copies`` of every row in one random order drawn from it
     (:func:`~.base.shuffled_copies`, the rows' ranges permuted before their tokens are gathered)."""
-    if len(docs.doc_sentences) == 0:
-        if rng is not None:
-            shuffled_copies(0, copies, rng)
+    if len(docs.doc_sentences) == 0:  # (nothing to shuffle: a permutation of none draws nothing)
         return InstanceBatch.empty(with_nsp=False)
     stream, item_len, is_sep = token_stream(docs, sep_id)
     starts, lens = pack_full_sentences(item_len, is_sep, max_seq_length - 2, cross_documents=cross_documents)
@@ -120,7 +118,6 @@ def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: 
     if sources:
         with_sources(batch, docs, starts, lens, separated=True)
     return batch
-
 
 
 _SMALLEST_PIECE = 3  # [CLS] token [SEP]: a row with less room left takes no more pieces

@@ -21,9 +21,7 @@ def build_token_windows(docs: TokenizedDocs, *, max_seq_length: int, cls_id: int
     """The block's stream in windows of ``max_seq_length - 2`` tokens (with ``sources``, each
     window's documents): in stream order, or given ``rng``, ``copies`` of every window in one
     random order drawn from it (:func:`~.base.shuffled_copies`, before the one gather)."""
-    if len(docs.doc_sentences) == 0:
-        if rng is not None:
-            shuffled_copies(0, copies, rng)
+    if len(docs.doc_sentences) == 0:  # (nothing to shuffle: a permutation of none draws nothing)
         return InstanceBatch.empty(with_nsp=False)
     stream, _, _ = token_stream(docs, sep_id)
     cap = max_seq_length - 2
