@@ -15,7 +15,9 @@ each process pinned to one core.
 The raw script is the baseline every figure of the project is given against: HF ``tokenizers``
 (the same tokenizer: a WordPiece vocab.txt as ``BertWordPieceTokenizer``, a tokenizer.json as
 it is), one thread, ``encode_batch_fast`` over the stripped non-blank lines in batches of 10,000,
-only ``len(encoding)`` read back. ``prepare`` gets ``--workers 1`` and otherwise its defaults
+only ``len(encoding)`` read back. ``--baselines`` adds the same script with ``encode_batch``
+(``raw_encode_batch``: the call most scripts make, which also computes character offsets, so it
+is slower), run in the same alternating rounds, its ratios reported beside the first. ``prepare`` gets ``--workers 1`` and otherwise its defaults
 (NSP, static masking, TFRecord, sequence length 128), with ``--dupe-factor``/``--objective``/
 ``--format`` as given. Python compiles nothing during the rounds: one unreported warm-up round runs
 first, as an install leaves its modules byte-compiled.
@@ -41,7 +43,7 @@ from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 path, vocab, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 tok = Tokenizer.from_file(vocab) if vocab.endswith(".json") else BertWordPieceTokenizer(vocab, lowercase=True)
-encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+encode = getattr(tok, sys.argv[4], None) or tok.encode_batch  # (encode_batch_fast: tokenizers >= 0.21)
 lines, tokens = [], 0
 with open(path, encoding="utf-8") as f:
     for line in f:
@@ -94,8 +96,13 @@ def commands(inp: Path, args, out: Path) -> dict[str, list[str]]:
     prepare = [sys.executable, "-m", "mlm_pipeline.cli", "prepare", str(inp), "-o", str(out),
                "-t", str(args.vocab), "--workers", "1", "--no-progress", "--dupe-factor", str(args.dupe_factor),
                "--objective", args.objective, "--format", args.format, *args.extra]
-    raw = [sys.executable, "-c", RAW_SCRIPT, str(inp), str(args.vocab), "10000"]
-    return {"raw": raw, "prepare": prepare}
+    raws = {RAW_NAMES[method]: [sys.executable, "-c", RAW_SCRIPT, str(inp), str(args.vocab), "10000", method]
+            for method in args.baselines}
+    return {**raws, "prepare": prepare}
+
+
+RAW_NAMES = {"encode_batch_fast": "raw", "encode_batch": "raw_encode_batch"}
+"""Each HF call the raw script can time, and the name of its runs (``raw``: the first baseline)."""
 
 
 def _say(text: str) -> None:
@@ -107,28 +114,43 @@ def measure(inp: Path, args, work: Path, rounds: int, log=_say) -> dict:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an install leaves it: modules byte-compiled
     core = None if args.no_pin else min(os.sched_getaffinity(0))
     out = work / "out"
-    runs: dict[str, list[dict]] = {"raw": [], "prepare": []}
+    argv = commands(inp, args, out)
+    runs: dict[str, list[dict]] = {name: [] for name in argv}
     for r in range(rounds):
-        order = ["raw", "prepare"] if r % 2 == 0 else ["prepare", "raw"]
+        order = list(argv) if r % 2 == 0 else list(argv)[::-1]
         for name in order:
             shutil.rmtree(out, ignore_errors=True)
-            runs[name].append(timed(commands(inp, args, out)[name], core, env))
-            log(f"  round {r + 1}/{rounds} {name:<8} wall {runs[name][-1]['wall']:7.2f} s  "
+            runs[name].append(timed(argv[name], core, env))
+            log(f"  round {r + 1}/{rounds} {name:<16} wall {runs[name][-1]['wall']:7.2f} s  "
                 f"cpu {runs[name][-1]['cpu']:7.2f} s")
     shutil.rmtree(out, ignore_errors=True)
-    ratio = {k: statistics.median(a[k] / b[k] for a, b in zip(runs["raw"], runs["prepare"])) for k in ("wall", "cpu")}
-    return {"runs": runs, "ratio_wall": ratio["wall"], "ratio_cpu": ratio["cpu"],
-            "median_wall": {k: statistics.median(x["wall"] for x in v) for k, v in runs.items()}}
+
+    def ratios(raw: str) -> dict:
+        return {k: statistics.median(a[k] / b[k] for a, b in zip(runs[raw], runs["prepare"])) for k in ("wall", "cpu")}
+
+    result = {"runs": runs, "median_wall": {k: statistics.median(x["wall"] for x in v) for k, v in runs.items()},
+              "median_cpu": {k: statistics.median(x["cpu"] for x in v) for k, v in runs.items()}}
+    for raw in argv:
+        if raw != "prepare":
+            ratio = ratios(raw)
+            suffix = "" if raw == "raw" else raw[len("raw"):]  # ratio_cpu: against the first baseline
+            result[f"ratio_wall{suffix}"], result[f"ratio_cpu{suffix}"] = ratio["wall"], ratio["cpu"]
+    return result
 
 
 def run(source: Path, vocab: Path, size: int, *, rounds: int = 3, dupe_factor: int = 1, objective: str = "nsp",
         fmt: str = "tfrecord", extra: list[str] | None = None, pin: bool = True, workdir: Path | None = None,
-        warm_up: bool = True, log=_say) -> dict:
+        warm_up: bool = True, baselines: tuple[str, ...] = ("encode_batch_fast",), log=_say) -> dict:
     """The whole measurement (what ``main`` prints), for another script: ``source`` repeated to
     ``size`` bytes, an unreported warm-up round on 1 MB of it, then ``rounds`` alternating rounds.
-    Returns the runs, the median ratios (raw / prepare: ``ratio_wall``, ``ratio_cpu``) and the settings."""
+    Returns the runs, the median ratios (raw / prepare: ``ratio_wall``, ``ratio_cpu``; with
+    ``encode_batch`` among the ``baselines`` also ``ratio_wall_encode_batch``, ``ratio_cpu_encode_batch``)
+    and the settings."""
+    unknown = sorted(set(baselines) - set(RAW_NAMES))
+    if unknown or not baselines or baselines[0] != "encode_batch_fast":
+        raise ValueError(f"baselines: encode_batch_fast first, then optionally encode_batch (got {list(baselines)})")
     args = argparse.Namespace(vocab=vocab, dupe_factor=dupe_factor, objective=objective, format=fmt,
-                              extra=list(extra or []), no_pin=not pin)
+                              extra=list(extra or []), no_pin=not pin, baselines=list(baselines))
     work = Path(workdir or tempfile.mkdtemp(prefix="mlm-whole-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -140,7 +162,7 @@ def run(source: Path, vocab: Path, size: int, *, rounds: int = 3, dupe_factor: i
         result = measure(inp, args, work, rounds, log=log)
         result["settings"] = {"source": source.name, "vocab": vocab.name, "bytes": inp.stat().st_size,
                               "rounds": rounds, "dupe_factor": dupe_factor, "objective": objective, "format": fmt,
-                              "extra": list(extra or []), "pinned_to_one_core": pin}
+                              "extra": list(extra or []), "pinned_to_one_core": pin, "baselines": list(baselines)}
     finally:
         if workdir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -157,15 +179,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--objective", default="nsp")
     p.add_argument("--format", default="tfrecord")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more prepare flags (last)")
+    p.add_argument("--baselines", default="encode_batch_fast,encode_batch",
+                   help="the HF calls the raw script times, comma-separated: encode_batch_fast (the ratios' "
+                        "baseline) and optionally encode_batch (ratios reported beside)")
     p.add_argument("--no-pin", action="store_true", help="do not pin each process to one core")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
     result = run(args.input, args.vocab, args.size, rounds=args.rounds, dupe_factor=args.dupe_factor,
                  objective=args.objective, fmt=args.format, extra=args.extra, pin=not args.no_pin,
-                 workdir=args.workdir)
-    print(f"whole process, raw HF tokenizer / prepare, median of {args.rounds}: "
+                 workdir=args.workdir, baselines=tuple(args.baselines.split(",")))
+    print(f"whole process, raw HF tokenizer (encode_batch_fast) / prepare, median of {args.rounds}: "
           f"wall {result['ratio_wall']:.2f}x, CPU {result['ratio_cpu']:.2f}x")
+    if "ratio_cpu_encode_batch" in result:
+        print(f"whole process, raw HF tokenizer (encode_batch) / prepare, median of {args.rounds}: "
+              f"wall {result['ratio_wall_encode_batch']:.2f}x, CPU {result['ratio_cpu_encode_batch']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -203,3 +203,36 @@ def test_prepare_bench_held_out_whole_process_smoke(tmp_path):
         assert len(entry["runs"]["raw"]) == len(entry["runs"]["prepare"]) == 1
     inside = result["sizes"]["64KB"]["variants"]["tf-d5"]
     assert figures["english tf-d5"]["in_process"]["cpu_ratio_vs_raw"] == inside["cpu_ratio_vs_raw"]
+
+
+def test_whole_process_times_both_hf_calls_as_baselines(tmp_path):
+    """``whole_process.py`` times the raw script with ``encode_batch_fast`` (the ratios' baseline)
+    and with ``encode_batch`` in the same alternating rounds, and reports both ratios; the two
+    raw scripts tokenize the same text into the same number of tokens."""
+    out = tmp_path / "whole.json"
+    vocab = REPO / "tests" / "data" / "xlmr-unigram-32k-tokenizer.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "whole_process.py"), "--input",
+         str(REPO / "sample" / "wikiextractor-AA.txt"), "--vocab", str(vocab), "--size", "64KB", "--rounds", "1",
+         "--objective", "packed", "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(encode_batch_fast) / prepare" in proc.stdout and "(encode_batch) / prepare" in proc.stdout
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"raw", "raw_encode_batch", "prepare"}
+    assert result["settings"]["baselines"] == ["encode_batch_fast", "encode_batch"]
+    for key in ("ratio_cpu", "ratio_wall", "ratio_cpu_encode_batch", "ratio_wall_encode_batch"):
+        assert result[key] > 0
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import whole_process
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    counts = [subprocess.run([sys.executable, "-c", whole_process.RAW_SCRIPT, str(REPO / "sample" / "wikiextractor-AA.txt"),
+                              str(vocab), "1000", method], capture_output=True, text=True, check=True).stdout
+              for method in ("encode_batch_fast", "encode_batch")]
+    assert counts[0] == counts[1] and int(counts[0]) > 10_000
+    with pytest.raises(ValueError, match="encode_batch_fast first"):
+        whole_process.run(REPO / "sample" / "wikiextractor-AA.txt", vocab, 1, baselines=("encode_batch",))
