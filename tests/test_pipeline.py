@@ -284,3 +284,39 @@ def test_block_bytes_counts_utf8_bytes_not_characters(tmp_path):
     assert marker["stats"]["documents_read"] == 4
     # one report per finished block, then the task's final one
     assert [r["documents"] for r in reports] == [2, 2, 0]
+
+
+@pytest.mark.parametrize("block_bytes", [1024, 4000, 9_999, 65_536, 1 << 22])
+def test_blocks_end_after_the_document_that_fills_them_as_one_at_a_time_would(tmp_path, block_bytes):
+    """Blocks are filled from runs of documents (one bisection per block): every block ends after
+    the first document that takes it to ``block_bytes`` UTF-8 bytes, exactly where adding the
+    documents one at a time would end it, on English and Chinese text with uneven documents;
+    the runs hold the same documents as reading one at a time."""
+    from mlm_pipeline.read import Piece, ReadOptions, iter_document_runs, iter_documents
+    from mlm_pipeline.stats import ReadStats
+    from mlm_pipeline.plan import Task
+    from mlm_pipeline.task import _blocks, documents_bytes, text_bytes
+
+    zh_lines = (DATA / "hongloumeng-300KB.txt").read_text(encoding="utf-8").splitlines()[:600]
+    zh = "\n".join(line + "\n" * (i % 5 == 0) for i, line in enumerate(zh_lines))  # documents of 5 lines
+    corpus = tmp_path / "mixed.txt"
+    corpus.write_text(WIKITEXT.read_text(encoding="utf-8")[:300_000] + "\n\n" + zh, encoding="utf-8")
+    piece = Piece(str(corpus), "text")
+    one_at_a_time = list(iter_documents(piece, ReadOptions(), ReadStats()))
+    runs = list(iter_document_runs(piece, ReadOptions(), ReadStats()))
+    assert [d for run in runs for d in run] == one_at_a_time and 1 < len(runs) < len(one_at_a_time)
+    assert documents_bytes(one_at_a_time) == [text_bytes(d) for d in one_at_a_time]
+    expected, block, size = [], [], 0
+    for doc in one_at_a_time:
+        block.append(doc)
+        size += text_bytes(doc)
+        if size >= block_bytes:
+            expected.append((block, True))
+            block, size = [], 0
+    if block:
+        expected.append((block, False))
+    cfg = config(tmp_path / "out", inputs=[str(corpus)], block_bytes=block_bytes)
+    task = Task(task_id="t0", index=0, pieces=(piece,), input_bytes=corpus.stat().st_size)
+    got = [(docs, full) for _, docs, full in _blocks(task, cfg, ReadOptions(), ReadStats())]
+    assert got == expected
+    assert len(expected) > 1 or block_bytes == 1 << 22

@@ -45,6 +45,17 @@ class ReadStats:
             self.documents_with_replaced_bytes += 1
         return True
 
+    def count_documents(self, documents: list[list[str]], replaced: bool) -> list[list[str]]:
+        """:meth:`count_document` for many at once: the documents that have a sentence."""
+        kept = documents if all(documents) else [d for d in documents if d]
+        if len(kept) < len(documents):
+            self.skip("empty", len(documents) - len(kept))
+        self.documents_read += len(kept)
+        self.sentences += sum(map(len, kept))
+        if replaced:
+            self.documents_with_replaced_bytes += len(kept)
+        return kept
+
     def skip(self, reason: str, n: int = 1) -> None:
         self.documents_skipped[reason] += n
 

@@ -12,7 +12,9 @@ marker is redone from scratch on resume, and its shards are rewritten identicall
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import replace
+from itertools import accumulate
 from collections import Counter
 from typing import Callable, Iterator
 
@@ -27,7 +29,7 @@ from mlm_pipeline.languages import detector as language_detector
 from mlm_pipeline.masking import MaskingSpec, mask_batch
 from mlm_pipeline.masking.registry import needs_words
 from mlm_pipeline.plan import Task
-from mlm_pipeline.read import ReadOptions, iter_documents
+from mlm_pipeline.read import ReadOptions, iter_document_runs, iter_documents
 from mlm_pipeline.run.state import write_marker
 from mlm_pipeline.stats import ReadStats, merge_counts
 from mlm_pipeline.tokenize import TextTokenizer, load_tokenizer
@@ -43,6 +45,14 @@ def text_bytes(sentences: list[str]) -> int:
     surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
     text = "".join(sentences)
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def documents_bytes(documents: list[list[str]]) -> list[int]:
+    """:func:`text_bytes` of each document, in bulk (the C loops of ``map``)."""
+    texts = list(map("".join, documents))
+    if all(map(str.isascii, texts)):
+        return list(map(len, texts))
+    return [len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts]
 
 
 def tokenize_documents(
@@ -304,12 +314,20 @@ def _blocks(task: Task, config: PrepareConfig, options: ReadOptions,
     if not languages_in_use(config):
         block, size = [], 0
         for piece in task.pieces:
-            for doc in iter_documents(piece, options, read_stats):
-                block.append(doc)
-                size += text_bytes(doc)
-                if size >= block_bytes:
+            for run in iter_document_runs(piece, options, read_stats):
+                # ends[k]: the bytes of run[:k]; a block is full after the first document that
+                # takes it to block_bytes: a bisection per block, not a step per document
+                ends = list(accumulate(documents_bytes(run), initial=0))
+                i, n = 0, len(run)
+                while i < n:
+                    k = bisect_left(ends, block_bytes - size + ends[i], i + 1)
+                    if k > n:
+                        block.extend(run[i:])
+                        size += ends[n] - ends[i]
+                        break
+                    block.extend(run[i:k])
                     yield None, block, True
-                    block, size = [], 0
+                    block, size, i = [], 0, k
         if block:
             yield None, block, False
         return

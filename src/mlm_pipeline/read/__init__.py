@@ -6,7 +6,7 @@ auto-detection (the first format that claims a file wins).
 
 Reading contract (every format): ``iter_documents(piece, options, stats)`` yields the documents
 a ``Piece`` owns, each a non-empty list of non-empty sentence strings; over the pieces of a file,
-every document exactly once. What cannot be used is counted in ``stats.documents_skipped`` by
+every document exactly once (``iter_document_runs``: the same, a list of documents at a time). What cannot be used is counted in ``stats.documents_skipped`` by
 reason, never dropped silently.
 """
 
@@ -17,6 +17,7 @@ from mlm_pipeline.read.base import (
     detect_format,
     get_input_format,
     input_format_names,
+    iter_document_runs,
     iter_documents,
     register_input_format,
     sniff,
@@ -45,6 +46,7 @@ __all__ = [
     "detect_format",
     "get_input_format",
     "input_format_names",
+    "iter_document_runs",
     "iter_documents",
     "register_input_format",
     "sniff",

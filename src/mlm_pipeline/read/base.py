@@ -23,6 +23,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
+from itertools import islice
 from typing import Any, Callable, Iterator
 
 from mlm_pipeline.errors import ConfigError, InputError
@@ -287,6 +288,17 @@ class InputFormat(ABC):
         (``bytes_read``, summing to the file size over its pieces) and every document not
         yielded (``stats.skip(reason)``). Raise ``InputError`` for input that cannot be read."""
 
+    def read_runs(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[list[str]]]:
+        """The documents of :meth:`read`, given out in runs (non-empty lists of consecutive
+        documents), for a caller that handles many at once. A format that reads a run of
+        documents in bulk gives it as one; the default groups what :meth:`read` yields."""
+        documents = self.read(piece, options, stats)
+        return iter(lambda: list(islice(documents, DOCUMENTS_PER_RUN)), [])
+
+
+DOCUMENTS_PER_RUN = 256
+"""Documents the default :meth:`InputFormat.read_runs` groups into one run."""
+
 
 # --------------------------------------------------------------------------- the registry
 
@@ -363,3 +375,10 @@ def iter_documents(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iter
     its format (see ``InputFormat.read``)."""
     piece.validate()
     return _FORMATS[piece.fmt].read(piece, options, stats)
+
+
+def iter_document_runs(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[list[str]]]:
+    """The documents of :func:`iter_documents` in runs (``InputFormat.read_runs``): the same
+    documents, in the same order, a list at a time."""
+    piece.validate()
+    return _FORMATS[piece.fmt].read_runs(piece, options, stats)

@@ -12,9 +12,9 @@ text) otherwise gives one-sentence documents, whose pairs are nearly all random-
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import accumulate, compress, count
+from itertools import accumulate, chain, compress, count
 from operator import not_
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from mlm_pipeline.read.base import InputFormat, Piece, ReadOptions
 from mlm_pipeline.read.ranges import OwnedLines, byte_ranges, decode, is_blank, line_read_extent
@@ -37,6 +37,9 @@ class TextFormat(InputFormat):
 
     def read(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
         return read_text(piece, options, stats)
+
+    def read_runs(self, piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[list[str]]]:
+        return read_text_runs(piece, options, stats)
 
 
 class DocumentBuffer:
@@ -135,7 +138,15 @@ def document_paragraphs(
 
 
 def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
-    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines.
+    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines (those
+    of :func:`read_text_runs`, one at a time)."""
+    return chain.from_iterable(read_text_runs(piece, options, stats))
+
+
+def read_text_runs(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[list[list[str]]]:
+    """Documents owned by ``piece`` of a text-format file, each a list of stripped lines, given
+    out in runs (non-empty lists of consecutive documents: all those of a read chunk that lie
+    between its blank lines come as one list, so a caller pays its per-document steps in bulk).
 
     Lines come in runs (a read chunk's whole lines, none with a NUL byte). A run that is valid
     UTF-8 is read in bulk: its lines decoded and stripped in C
@@ -149,16 +160,16 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
         doc = DocumentBuffer()
         limit = options.max_document_bytes
 
-        def emit() -> Iterator[list[str]]:
+        def emit() -> Iterator[list[list[str]]]:
             """The document in progress, given out (its texts as decoded in bulk where they all were)."""
             texts = doc.texts
             taken = doc.take()
             if texts is not None:
-                yield from _documents((texts,), options, stats, replaced=False)
+                yield from _documents([texts], options, stats, replaced=False)
             else:
                 yield from _emit(taken, piece, options, stats, owned.bom)
 
-        def one_by_one(start: int, lines: list[bytes], too_long: bool) -> Iterator[list[str]]:
+        def one_by_one(start: int, lines: list[bytes], too_long: bool) -> Iterator[list[list[str]]]:
             """Read lines one at a time; returns True at the first blank line past the range."""
             for line in lines:
                 if is_blank(line, too_long):
@@ -175,7 +186,7 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
             return False
 
         def without_blanks(start: int, lines: list[bytes], stripped: list[str], ends: list[int], i: int,
-                           n: int) -> Iterator[list[str]]:
+                           n: int) -> Iterator[list[list[str]]]:
             """Lines ``i..n-1`` of a run, none of them blank (valid UTF-8, within the line limit):
             what :func:`one_by_one` does with them, a stretch at a time. A line joins the document
             in progress while ``doc.size + len(line) <= limit``, which for lines ``i..j`` after
@@ -207,15 +218,15 @@ def read_text(piece: Piece, options: ReadOptions, stats: ReadStats) -> Iterator[
             yield from without_blanks(start, lines, stripped, ends, 0, first)  # the document in progress goes on
             if doc.lines:
                 yield from emit()
-            if ends[-1] <= limit:  # every document between blank lines within the limit: slices
-                middle = (stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1)
+            if ends[-1] <= limit:  # every document between blank lines within the limit: slices, one run
+                middle = [stripped[a + 1 : b] for a, b in zip(blank, blank[1:]) if b > a + 1]
                 yield from _documents(middle, options, stats, replaced=False)
             else:
                 for a, b in zip(blank, blank[1:]):
                     if b == a + 1:
                         continue
                     if ends[b - 1] - ends[a] <= limit:
-                        yield from _documents((stripped[a + 1 : b],), options, stats, replaced=False)
+                        yield from _documents([stripped[a + 1 : b]], options, stats, replaced=False)
                     else:  # a document over the limit: cut into parts as it goes
                         yield from without_blanks(start, lines, stripped, ends, a + 1, b)
                         yield from emit()
@@ -264,7 +275,7 @@ def _stripped_run(lines: list[bytes]) -> tuple[list[str], list[int]] | None:
     return stripped, blank
 
 
-def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
+def _emit(taken, piece, options, stats, bom) -> Iterator[list[list[str]]]:
     lines, start, too_long = taken
     decoded = decode_document(lines, start, too_long, piece=piece, options=options, stats=stats, bom=bom)
     if decoded is None:
@@ -273,12 +284,12 @@ def _emit(taken, piece, options, stats, bom) -> Iterator[list[str]]:
     yield from _documents([[s for s in map(str.strip, text.split("\n")) if s]], options, stats, replaced)
 
 
-def _documents(documents: Iterable[list[str]], options: ReadOptions, stats: ReadStats,
-               replaced: bool) -> Iterator[list[str]]:
-    """Count and give out documents (their stripped non-empty lines), split into sentences first
-    with ``--sentence-split``."""
-    for sents in documents:
-        if options.sentence_split and sents:
-            sents = [s for para in split_sentences(sents) for s in para]
-        if stats.count_document(sents, replaced):
-            yield sents
+def _documents(documents: list[list[str]], options: ReadOptions, stats: ReadStats,
+               replaced: bool) -> Iterator[list[list[str]]]:
+    """Count and give out documents (their stripped non-empty lines) as one run, split into
+    sentences first with ``--sentence-split``; nothing when none is left."""
+    if options.sentence_split:
+        documents = [[s for para in split_sentences(sents) for s in para] if sents else sents for sents in documents]
+    run = stats.count_documents(documents, replaced)
+    if run:
+        yield run
