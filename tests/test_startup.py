@@ -25,9 +25,11 @@ except SystemExit as exc:
 print(json.dumps(sorted(m for m in watched if m in sys.modules)))
 """
 
-NOT_IN_A_LOCAL_RUN = ["pandas"]
+NOT_IN_A_LOCAL_RUN = ["pandas", "fsspec", "asyncio", "rich"]
 """Modules a local TFRecord or Parquet ``prepare`` does not import (pyarrow's ``pa.scalar`` and
-``pa.array`` import pandas, when it is installed, just to probe for its types: ~0.2 s)."""
+``pa.array`` import pandas, when it is installed, just to probe for its types: ~0.2 s). fsspec
+(with the asyncio it imports) is for URLs of object stores: local paths go to ``os``
+(:mod:`mlm_pipeline.fs`); rich draws progress bars and help pages, neither shown here."""
 
 
 def modules_loaded(args: list[str], watched: list[str]) -> list[str]:
