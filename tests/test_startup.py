@@ -66,14 +66,16 @@ def test_a_parquet_run_carrying_record_ids_loads_no_pandas_either(tmp_path):
 
 NOT_IN_A_PACKED_RUN = [*(f"mlm_pipeline.instances.{m}" for m in ("nsp", "reference", "sop", "tokens", "electra")),
                        *(f"mlm_pipeline.masking.{m}" for m in ("whole_word", "ngram", "span")),
-                       "mlm_pipeline.read.wikitext", "html", "mlm_pipeline.report.html"]
+                       "mlm_pipeline.read.wikitext", "html", "mlm_pipeline.report.html", "numpy.ma"]
 """What a ``--objective packed`` run of text does not use: the other objectives and masking
 schemes (their registries name them without importing them, also to list ``--objective``'s
-choices), the converter of Wikipedia dumps' markup (detecting a dump needs none), the HTML report."""
+choices), the converter of Wikipedia dumps' markup (detecting a dump needs none), the HTML report,
+numpy's masked arrays (a plain ``np.unique`` imports them)."""
 
 
-def test_a_run_imports_only_its_own_objective_and_scheme(tmp_path):
-    args = ["prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "out"), "-t", str(VOCAB), "--workers", "1",
+def test_a_run_imports_only_its_own_objective_and_scheme(tmp_path, roberta_bpe):
+    """RoBERTa's recipe: packed instances of a byte-level BPE's tokens."""
+    args = ["prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "out"), "-t", str(roberta_bpe), "--workers", "1",
             "--no-progress", "--objective", "packed", "--dupe-factor", "2"]
     assert modules_loaded(args, NOT_IN_A_PACKED_RUN + ["mlm_pipeline.instances.packed", "mlm_pipeline.masking.token"]) \
         == ["mlm_pipeline.instances.packed", "mlm_pipeline.masking.token"]
