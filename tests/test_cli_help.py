@@ -58,6 +58,19 @@ def test_brackets_in_help_are_shown_as_written():
     assert "[MASK] visible" in help_of("inspect", 100)
 
 
+def test_help_is_escaped_as_rich_escapes_it():
+    """The CLI escapes help without importing rich (a run shows none): the same result as rich's
+    own ``escape``, on every setting's and command's help and on brackets and backslashes."""
+    from rich.markup import escape as rich_escape
+
+    from mlm_pipeline import cli
+
+    texts = [s.help for s in settings_of(PrepareConfig)] + [c.callback.__doc__ or "" for c in cli.app.registered_commands]
+    texts += ["[CLS]", "[/b]", "[#fff]", "[@click]", "[A] [b", "\\[b]", "a\\\\[i]x[/i]", "ends\\", "ends\\\\", "[x]\\"]
+    for text in texts:
+        assert cli.escape(text) == rich_escape(text), text
+
+
 def test_a_docstring_paragraph_is_wrapped_by_the_terminal_not_by_the_source():
     text = help_of("verify", 240)
     assert "Reads the manifest (or, before the run is finalized, the task markers). Exits 0 when the run is complete" in text

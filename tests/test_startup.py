@@ -25,9 +25,11 @@ except SystemExit as exc:
 print(json.dumps(sorted(m for m in watched if m in sys.modules)))
 """
 
-NOT_IN_A_LOCAL_RUN = ["pandas"]
+NOT_IN_A_LOCAL_RUN = ["pandas", "fsspec", "asyncio", "rich"]
 """Modules a local TFRecord or Parquet ``prepare`` does not import (pyarrow's ``pa.scalar`` and
-``pa.array`` import pandas, when it is installed, just to probe for its types: ~0.2 s)."""
+``pa.array`` import pandas, when it is installed, just to probe for its types: ~0.2 s). fsspec
+(with the asyncio it imports) is for URLs of object stores: local paths go to ``os``
+(:mod:`mlm_pipeline.fs`); rich draws progress bars and help pages, neither shown here."""
 
 
 def modules_loaded(args: list[str], watched: list[str]) -> list[str]:
@@ -60,3 +62,21 @@ def test_a_parquet_run_carrying_record_ids_loads_no_pandas_either(tmp_path):
     shard = next((tmp_path / "out").rglob("*.parquet"))
     ids = [i for row in pq.read_table(shard, columns=["document_ids"]).column(0).to_pylist() for i in row]
     assert ids and set(ids) <= {f"r{n}" for n in range(len(lines))}
+
+
+NOT_IN_A_PACKED_RUN = [*(f"mlm_pipeline.instances.{m}" for m in ("nsp", "reference", "sop", "tokens", "electra")),
+                       *(f"mlm_pipeline.masking.{m}" for m in ("whole_word", "ngram", "span")),
+                       "mlm_pipeline.read.wikitext", "html", "mlm_pipeline.report.html", "numpy.ma"]
+"""What a ``--objective packed`` run of text does not use: the other objectives and masking
+schemes (their registries name them without importing them, also to list ``--objective``'s
+choices), the converter of Wikipedia dumps' markup (detecting a dump needs none), the HTML report,
+numpy's masked arrays (a plain ``np.unique`` imports them)."""
+
+
+def test_a_run_imports_only_its_own_objective_and_scheme(tmp_path, roberta_bpe):
+    """RoBERTa's recipe: packed instances of a byte-level BPE's tokens."""
+    args = ["prepare", str(SAMPLE_TEXT), "-o", str(tmp_path / "out"), "-t", str(roberta_bpe), "--workers", "1",
+            "--no-progress", "--objective", "packed", "--dupe-factor", "2"]
+    assert modules_loaded(args, NOT_IN_A_PACKED_RUN + ["mlm_pipeline.instances.packed", "mlm_pipeline.masking.token"]) \
+        == ["mlm_pipeline.instances.packed", "mlm_pipeline.masking.token"]
+    assert (tmp_path / "out" / "manifest.json").exists()

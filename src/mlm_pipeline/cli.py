@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -25,8 +26,6 @@ from pathlib import Path
 from typing import Any, Callable, List, Literal, Optional
 
 import typer
-from rich.markup import escape
-from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from mlm_pipeline import __version__
@@ -35,6 +34,24 @@ from mlm_pipeline.config import PANELS, PrepareConfig, Setting, build_config, se
 from mlm_pipeline.config_file import load_config_file
 from mlm_pipeline.errors import (ConfigError, IncompleteRun, InputError, InspectError, OutputError, PipelineError,
                                  TaskFailed, Terminated, TokenizerError, redact_credentials)
+
+
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def escape(markup: str) -> str:
+    """Help text escaped for rich, exactly as ``rich.markup.escape`` does (the same pattern and
+    rule; tests/test_cli_help.py compares them), without importing rich (~20 ms) in a run that
+    shows no help."""
+    markup = _MARKUP_TAG.sub(lambda m: f"{m[1]}{m[1]}\\{m[2]}", markup)
+    return markup + "\\" if markup.endswith("\\") and not markup.endswith("\\\\") else markup
+
+
+def _plain(markup: str) -> str:
+    """Escaped help text as rich shows it (for the compact help pages)."""
+    from rich.text import Text
+
+    return Text.from_markup(markup).plain
 
 
 class _PlainHelpSwitch:
@@ -55,7 +72,7 @@ class _Command(_PlainHelpSwitch, TyperCommand):
         from mlm_pipeline.cli_help import print_grouped_help, param_row
 
         params = [p for p in self.get_params(ctx) if not getattr(p, "hidden", False)]
-        print_grouped_help(self.get_usage(ctx), Text.from_markup(self.help or "").plain, [], [],
+        print_grouped_help(self.get_usage(ctx), _plain(self.help or ""), [], [],
                            [param_row(ctx, p) for p in params if p.param_type_name == "option"],
                            arguments=[param_row(ctx, p) for p in params if p.param_type_name == "argument"])
 
@@ -164,9 +181,9 @@ class PrepareCommand(_Command):
         """The settings panel by panel, one compact row each (:mod:`mlm_pipeline.cli_help`)."""
         from mlm_pipeline.cli_help import print_grouped_help
 
-        others = [(", ".join(p.opts) + (f" {p.metavar}" if p.metavar else ""), Text.from_markup(p.help or "").plain)
+        others = [(", ".join(p.opts) + (f" {p.metavar}" if p.metavar else ""), _plain(p.help or ""))
                   for p in self.get_params(ctx) if p.name not in self.settings_model.model_fields]
-        print_grouped_help(self.get_usage(ctx), Text.from_markup(self.help or "").plain,
+        print_grouped_help(self.get_usage(ctx), _plain(self.help or ""),
                            settings_of(self.settings_model), PANELS, others)
 
     def parse_args(self, ctx, args):

@@ -3,6 +3,15 @@
 Credentials come from each backend's standard chain (environment, config files, instance
 metadata); an S3-compatible endpoint is taken from ``AWS_ENDPOINT_URL`` (which the CLI's
 ``--s3-endpoint-url`` sets). Nothing here logs or stores credentials.
+
+fsspec is imported when first used: what a local run asks of this module (open, list, read a
+small file, ...) goes to ``os`` in the local branches here, so a local ``prepare`` does not load
+fsspec and the asyncio it imports.
+:func:`get_fs` still gives every caller a filesystem for a local path too: fsspec's, imported on
+its first use.
+
+Why one module: it is the one place that knows how storage is reached; each operation keeps its
+local branch beside the object-store one, so that both change together.
 """
 
 from __future__ import annotations
@@ -10,11 +19,9 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import os
+import stat
 import uuid
 from typing import Iterable, Iterator
-
-import fsspec
-from fsspec.core import url_to_fs
 
 from mlm_pipeline.errors import InputError, redact_credentials, url_credentials_message
 
@@ -45,6 +52,11 @@ def get_fs(url: str):
     refused = url_credentials_message(url)
     if refused is not None:
         raise InputError(refused)
+    path = _local_path(url)
+    if path is not None:
+        return _LOCAL, path
+    from fsspec.core import url_to_fs
+
     try:
         return url_to_fs(url)
     except ImportError as exc:
@@ -58,6 +70,37 @@ def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
 
 
+def _local_path(url: str) -> str | None:
+    """The path fsspec gives a local ``url`` (absolute, ``file:`` stripped, no trailing ``/``),
+    found without importing fsspec (as its ``LocalFileSystem._strip_protocol``); None where fsspec
+    is asked (a chained ``a::b`` or ``data:`` URL, a remote one, Windows paths)."""
+    if os.sep != "/" or not is_local(url) or "::" in url or url.startswith("data:"):
+        return None
+    for prefix in ("file://", "file:", "local:"):
+        if url.startswith(prefix):
+            url = url[len(prefix):]
+            break
+    if url.startswith("~"):
+        url = os.path.expanduser(url)
+    elif not url.startswith("/"):
+        url = f"{os.getcwd()}/{'' if url == '.' else url.removeprefix('./')}"
+    return url.rstrip("/") if len(url) > 1 else url
+
+
+class _LocalFileSystem:
+    """fsspec's local filesystem, imported on its first use: the local branches of this module go
+    to ``os``, and a caller that asks the filesystem of a local path for its path only needs
+    none."""
+
+    def __getattr__(self, name: str):
+        from fsspec.implementations.local import LocalFileSystem
+
+        return getattr(LocalFileSystem(), name)  # (fsspec keeps one instance: url_to_fs's)
+
+
+_LOCAL = _LocalFileSystem()
+
+
 def join(base: str, *parts: str) -> str:
     base = base.rstrip("/")
     return "/".join([base, *[p.strip("/") for p in parts]])
@@ -65,6 +108,8 @@ def join(base: str, *parts: str) -> str:
 
 def open_url(url: str, mode: str = "rb"):
     fs, path = get_fs(url)
+    if fs is _LOCAL and "b" in mode:  # (fsspec's local files wrap this very file)
+        return open(path, mode)
     return fs.open(path, mode)
 
 
@@ -101,7 +146,7 @@ def open_head(url: str, nbytes: int, *, size: int | None = None):
     """
     fs, path = get_fs(url)
     if is_local(url):
-        return fs.open(path, "rb")
+        return open_url(url)
     options: dict = {"block_size": max(1, nbytes), "cache_type": "first"}
     if size is not None:
         options["size"] = size
@@ -207,7 +252,7 @@ def list_inputs(inputs: list[str], skipped: list[dict] | None = None) -> list[tu
                 matches.update(_listing(fs, item, m, info, skipped))
         else:
             try:
-                info = fs.info(path)
+                info = _local_info(path) if fs is _LOCAL else fs.info(path)
             except OSError:  # missing (or unreachable): named below, with every other
                 info = None
             matches = {} if info is None else _listing(fs, item, path, info, skipped)
@@ -427,6 +472,9 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
 
 def read_bytes(url: str) -> bytes:
     fs, path = get_fs(url)
+    if fs is _LOCAL:
+        with open(path, "rb") as f:
+            return f.read()
     return fs.cat_file(path)
 
 
@@ -468,6 +516,8 @@ def _cat_or_none(filesystem, path: str) -> bytes | None:
 
 def exists(url: str) -> bool:
     fs, path = get_fs(url)
+    if fs is _LOCAL:
+        return os.path.exists(path)
     fs.invalidate_cache(path)
     return fs.exists(path)
 
@@ -475,6 +525,8 @@ def exists(url: str) -> bool:
 def isdir(url: str) -> bool:
     """True for a directory (or, on an object store, a prefix with objects under it)."""
     fs, path = get_fs(url)
+    if fs is _LOCAL:
+        return os.path.isdir(path)
     fs.invalidate_cache(path)
     return fs.isdir(path)
 
@@ -483,6 +535,8 @@ def listdir(url: str) -> list[str]:
     """Entries of a directory or prefix, listed afresh (never from a cached listing: other
     processes and machines may have added objects since)."""
     fs, path = get_fs(url)
+    if fs is _LOCAL:
+        return [_with_protocol(url, info["name"]) for info in _local_ls(path)]
     fs.invalidate_cache(path)
     if not fs.exists(path):
         return []
@@ -511,11 +565,50 @@ def remove_tree(url: str) -> None:
 def list_sizes(url: str) -> dict[str, int]:
     """``{name: size}`` of the files in a directory or prefix, listed afresh (one LIST request)."""
     fs, path = get_fs(url)
-    fs.invalidate_cache(path)
-    if not fs.exists(path):
-        return {}
+    if fs is _LOCAL:
+        infos = _local_ls(path)
+    else:
+        fs.invalidate_cache(path)
+        infos = fs.ls(path, detail=True) if fs.exists(path) else []
     return {info["name"].rstrip("/").rsplit("/", 1)[-1]: int(info.get("size") or 0)
-            for info in fs.ls(path, detail=True) if info.get("type") != "directory"}
+            for info in infos if info.get("type") != "directory"}
+
+
+def _local_info(path: str, entry: os.DirEntry | None = None) -> dict:
+    """Name, size and type of a local path as fsspec's ``info`` gives them (a link's size and type
+    are its target's, a directory entry's type the link's own, ``other`` when it is neither a file
+    nor a directory), from ``os`` (``OSError`` when missing)."""
+    if entry is None:
+        st = os.stat(path)
+    else:
+        st = entry.stat(follow_symlinks=False)
+        if entry.is_symlink():
+            try:
+                size = entry.stat(follow_symlinks=True).st_size
+            except OSError:
+                size = 0
+            return {"name": path, "size": size, "type": "other"}
+    kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    return {"name": path, "size": st.st_size, "type": kind}
+
+
+def _local_ls(path: str) -> list[dict]:
+    """:func:`_local_info` of each entry of a local directory (in the order the system lists
+    them, as fsspec's ``ls``), of a file itself, or none where nothing is."""
+    try:
+        info = _local_info(path)
+    except OSError:
+        return []
+    if info["type"] != "directory":
+        return [info]
+    infos = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            try:
+                infos.append(_local_info(entry.path, entry))
+            except FileNotFoundError:  # (deleted meanwhile)
+                pass
+    return infos
 
 
 __all__ = [
@@ -526,7 +619,6 @@ __all__ = [
     "exists",
     "expand_inputs",
     "file_size",
-    "fsspec",
     "get_fs",
     "is_local",
     "isdir",

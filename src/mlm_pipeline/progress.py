@@ -3,23 +3,13 @@
 The bar is redrawn from the updates themselves, at most every :data:`REDRAW_SECONDS`, not by
 rich's refresh thread: a process with a thread of its own spawns its pool workers instead of
 forking them (:func:`mlm_pipeline.executors.local.start_method`), which costs each worker a
-quarter second to start. Updates arrive at least twice a second while tasks run.
+quarter second to start. Updates arrive at least twice a second while tasks run. rich is imported
+only where progress is shown (``--no-progress``: not at all).
 """
 
 from __future__ import annotations
 
 import time
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress as RichProgress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from mlm_pipeline.executors.base import PROGRESS_TASK
 
@@ -40,13 +30,19 @@ class Progress:
         self._by_task: dict[str, list[int]] = {}  # running task -> its bytes, documents, tokens so far
         self.start = time.time()
         self._last_line = self.start
-        self._console = Console(file=stream)
         self._bar = None
         self._drawn = 0.0
         self._task = None
 
     def __enter__(self) -> "Progress":
-        if self.enabled and self._console.is_terminal:
+        if not self.enabled:
+            return self
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn, TransferSpeedColumn)
+
+        console = Console(file=self.stream)
+        if console.is_terminal:
             self._bar = RichProgress(
                 TextColumn("[bold]prepare"),
                 BarColumn(),
@@ -55,7 +51,7 @@ class Progress:
                 TextColumn("{task.fields[docs]:,} docs  {task.fields[tps]:,.0f} tok/s  tasks {task.fields[tasks]}"),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
-                console=self._console,
+                console=console,
                 transient=False,
                 auto_refresh=False,
             )

@@ -45,6 +45,8 @@ def test_built_in_objectives_and_what_they_declare():
     assert packed.reference is None and tokens.reference is None
     with pytest.raises(ConfigError, match=r"unknown objective 'electro' \(known: nsp, packed, tokens"):
         get_objective("electro")
+    assert objective_names() == ("nsp", "packed", "tokens", "electra", "sop", "sentences", "documents")
+    assert all(get_objective(name).name == name for name in objective_names())  # (each built-in under its name)
 
 
 def test_settings_take_defaults_and_checks_from_the_registry(tmp_path):

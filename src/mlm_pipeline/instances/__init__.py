@@ -3,13 +3,13 @@
 Every objective is an :class:`~mlm_pipeline.instances.base.Objective` with one build signature,
 ``build(docs: TokenizedDocs, ctx: BuildContext) -> (InstanceBatch, counts)``; the task looks an
 objective up by ``config.objective`` and calls it, then masks (its own stage, ``mlm_pipeline.masking``).
-A new objective is one module here holding an ``OBJECTIVE`` plus one line in ``_registry`` below
+A new objective is one module here holding an ``OBJECTIVE`` plus one line in ``_BUILT_IN`` below
 (or one ``register_objective`` call from anywhere, e.g. a test or a plug-in imported before the
 run).
 
-The built-in modules are imported on the first registry call, not with this package: the
-batch type, the masker and the writers import ``instances.batch`` without pulling in every
-builder (and the reference mode's tokenizer and file-system imports).
+A built-in objective's module is imported when that objective is first asked for, not with this
+package nor to list the names (as ``--objective``'s choices): a run imports its own objective's
+builder only, not every other one (and the reference modes' tokenizer and file-system imports).
 
 Built in:
 
@@ -27,6 +27,8 @@ Built in:
 """
 
 from __future__ import annotations
+
+import importlib
 
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.instances.base import (
@@ -49,21 +51,17 @@ __all__ = [
     "unregister_objective",
 ]
 
-_OBJECTIVES: dict[str, Objective] = {}
-_built_in_loaded = False
-
-
-def _registry() -> dict[str, Objective]:
-    """The registry, with the built-in objectives registered first (on the first call)."""
-    global _built_in_loaded
-    if not _built_in_loaded:
-        from mlm_pipeline.instances import documents, electra, nsp, packed, sop, tokens
-
-        for objective in (nsp.OBJECTIVE, packed.OBJECTIVE, tokens.OBJECTIVE, electra.OBJECTIVE, sop.OBJECTIVE,
-                          documents.SENTENCES, documents.DOCUMENTS):
-            _OBJECTIVES[objective.name] = objective
-        _built_in_loaded = True
-    return _OBJECTIVES
+# name -> "module:attribute" of a built-in objective, in registration order (imported on first use)
+_BUILT_IN = {
+    "nsp": "mlm_pipeline.instances.nsp:OBJECTIVE",
+    "packed": "mlm_pipeline.instances.packed:OBJECTIVE",
+    "tokens": "mlm_pipeline.instances.tokens:OBJECTIVE",
+    "electra": "mlm_pipeline.instances.electra:OBJECTIVE",
+    "sop": "mlm_pipeline.instances.sop:OBJECTIVE",
+    "sentences": "mlm_pipeline.instances.documents:SENTENCES",
+    "documents": "mlm_pipeline.instances.documents:DOCUMENTS",
+}
+_OBJECTIVES: dict[str, Objective | None] = dict.fromkeys(_BUILT_IN)  # None: a built-in not imported yet
 
 
 def register_objective(objective: Objective, *, replace: bool = False) -> Objective:
@@ -78,28 +76,31 @@ def register_objective(objective: Objective, *, replace: bool = False) -> Object
         raise TypeError(f"register_objective takes an Objective, got {type(objective).__name__}")
     if not objective.name or not objective.name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"objective name must be letters, digits, '-' or '_', got {objective.name!r}")
-    registry = _registry()
-    if objective.name in registry and not replace:
+    if objective.name in _OBJECTIVES and not replace:
         raise ValueError(f"objective {objective.name!r} is already registered")
-    registry[objective.name] = objective
+    _OBJECTIVES[objective.name] = objective
     return objective
 
 
 def unregister_objective(name: str) -> None:
     """Remove a registered objective (a test's or plug-in's clean-up); unknown names are ignored."""
-    _registry().pop(name, None)
+    _OBJECTIVES.pop(name, None)
 
 
 def get_objective(name: str) -> Objective:
     """The objective registered as ``name``; ``ConfigError`` naming the known ones otherwise."""
     try:
-        return _registry()[name]
+        objective = _OBJECTIVES[name]
     except KeyError:
         raise ConfigError(
             f"unknown objective {name!r} (known: {', '.join(objective_names())})"
         ) from None
+    if objective is None:
+        module, _, attribute = _BUILT_IN[name].partition(":")
+        objective = _OBJECTIVES[name] = getattr(importlib.import_module(module), attribute)
+    return objective
 
 
 def objective_names() -> tuple[str, ...]:
     """Registered objective names, in registration order (the built-in ones first)."""
-    return tuple(_registry())
+    return tuple(_OBJECTIVES)

@@ -59,7 +59,6 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import fsspec
 import numpy as np
 
 from mlm_pipeline.errors import ConfigError
@@ -453,6 +452,8 @@ def masked_token(vocab: ReferenceVocab, rng: random.Random) -> int:
 
 def _read_all_documents(path: str, tokenizer: TextTokenizer, stats: ReadStats | None,
                         backend: dict | None = None) -> AllDocuments:
+    import fsspec  # (here: a local run of any other mode does not load it)
+
     with fsspec.open(path, "rb", compression="infer") as f:
         raw = f.read()
     lines = split_reference_lines(raw.decode("utf-8", errors="ignore"))

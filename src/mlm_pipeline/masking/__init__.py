@@ -3,7 +3,7 @@
 A scheme chooses the positions to mask (:class:`~mlm_pipeline.masking.base.MaskingScheme`);
 ``prepare`` applies the configured one to every built batch (:func:`mask_batch`, static masks)
 and the torch collator applies it at load time (dynamic masks), with the same code. A new scheme
-is one module here holding a ``SCHEME`` plus one line in ``registry._registry`` (or one
+is one module here holding a ``SCHEME`` plus one line in ``registry._BUILT_IN`` (or one
 ``register_masking_scheme`` call from anywhere).
 
 Built in:

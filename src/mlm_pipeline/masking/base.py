@@ -230,7 +230,8 @@ def not_special(ids: np.ndarray, special_ids: np.ndarray) -> np.ndarray:
     table = np.ones(top + 1, dtype=bool)  # the last entry: every id above the specials
     table[special_ids] = False
     cand = None
-    edges = np.unique(special_ids)
+    edges = np.sort(special_ids, axis=None)  # np.unique's result, without the numpy.ma that np.unique imports
+    edges = edges[np.append(True, edges[1:] != edges[:-1])]
     if edges.size > 1 and ids.dtype.kind in "iu":
         inner = int(np.argmax(np.diff(edges)))  # the widest run between two special ids
         low, high = ids.dtype.type(edges[inner]), ids.dtype.type(edges[inner + 1])

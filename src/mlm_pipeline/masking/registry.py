@@ -1,30 +1,25 @@
 """The registry of masking schemes (``--masking-scheme NAME``), as objectives and formats have theirs.
 
-The built-in modules are imported on the first registry call, so that importing the package
-(the run's settings do, to list the choices) loads no scheme.
+A built-in scheme's module is imported when that scheme is first asked for, so that importing
+the package, or listing the names (the run's settings do, for the choices), loads no scheme.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 from mlm_pipeline.errors import ConfigError
 from mlm_pipeline.masking.base import MaskingScheme
 
-_SCHEMES: dict[str, MaskingScheme] = {}
-_built_in_loaded = False
-
-
-def _registry() -> dict[str, MaskingScheme]:
-    """The registry, with the built-in schemes registered first (on the first call)."""
-    global _built_in_loaded
-    if not _built_in_loaded:
-        from mlm_pipeline.masking import ngram, span, token, whole_word
-
-        for scheme in (token.SCHEME, whole_word.SCHEME, ngram.SCHEME, span.SCHEME):
-            _SCHEMES[scheme.name] = scheme
-        _built_in_loaded = True
-    return _SCHEMES
+# name -> module of a built-in scheme (its ``SCHEME``), in registration order (imported on first use)
+_BUILT_IN = {
+    "token": "mlm_pipeline.masking.token",
+    "whole-word": "mlm_pipeline.masking.whole_word",
+    "ngram": "mlm_pipeline.masking.ngram",
+    "span": "mlm_pipeline.masking.span",
+}
+_SCHEMES: dict[str, MaskingScheme | None] = dict.fromkeys(_BUILT_IN)  # None: a built-in not imported yet
 
 
 def register_masking_scheme(scheme: MaskingScheme, *, replace: bool = False) -> MaskingScheme:
@@ -38,29 +33,31 @@ def register_masking_scheme(scheme: MaskingScheme, *, replace: bool = False) -> 
         raise TypeError(f"register_masking_scheme takes a MaskingScheme, got {type(scheme).__name__}")
     if not scheme.name or not scheme.name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"masking scheme name must be letters, digits, '-' or '_', got {scheme.name!r}")
-    registry = _registry()
-    if scheme.name in registry and not replace:
+    if scheme.name in _SCHEMES and not replace:
         raise ValueError(f"masking scheme {scheme.name!r} is already registered")
-    registry[scheme.name] = scheme
+    _SCHEMES[scheme.name] = scheme
     return scheme
 
 
 def unregister_masking_scheme(name: str) -> None:
     """Remove a registered scheme (a test's or plug-in's clean-up); unknown names are ignored."""
-    _registry().pop(name, None)
+    _SCHEMES.pop(name, None)
 
 
 def get_masking_scheme(name: str) -> MaskingScheme:
     """The scheme registered as ``name``; ``ConfigError`` naming the known ones otherwise."""
     try:
-        return _registry()[name]
+        scheme = _SCHEMES[name]
     except KeyError:
         raise ConfigError(f"unknown masking scheme {name!r} (known: {', '.join(masking_scheme_names())})") from None
+    if scheme is None:
+        scheme = _SCHEMES[name] = importlib.import_module(_BUILT_IN[name]).SCHEME
+    return scheme
 
 
 def masking_scheme_names() -> tuple[str, ...]:
     """Registered scheme names, in registration order (the built-in ones first)."""
-    return tuple(_registry())
+    return tuple(_SCHEMES)
 
 
 def scheme_record(settings) -> dict:

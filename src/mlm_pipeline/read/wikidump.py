@@ -51,12 +51,6 @@ from typing import BinaryIO, Iterator
 from mlm_pipeline import fs
 from mlm_pipeline.errors import InputError
 from mlm_pipeline.read.bz2blocks import TAIL_BYTES, data_end, owned_blocks, whole_streams
-from mlm_pipeline.read.wikitext import (
-    CATEGORY_NAMESPACES,
-    FILE_NAMESPACES,
-    clean_wikitext,
-    strip_comments,
-)
 from mlm_pipeline.stats import ReadStats
 
 log = logging.getLogger("mlm_pipeline")
@@ -427,6 +421,8 @@ def iter_articles(
     kind, encoding = meta["kind"], meta["encoding"]
     if kind not in KINDS:
         raise ValueError(f"{url}: unknown dump kind {kind!r}; expected one of {KINDS}")
+    from mlm_pipeline.read.wikitext import CATEGORY_NAMESPACES, FILE_NAMESPACES  # (not for detection, which every run does)
+
     namespaces: dict[str, int] = meta.get("namespaces", {})
     files = [*FILE_NAMESPACES, *(n for n, k in namespaces.items() if k == FILE_NS)]
     categories = [*CATEGORY_NAMESPACES, *(n for n, k in namespaces.items() if k == CATEGORY_NS)]
@@ -885,6 +881,8 @@ def is_disambiguation(wikitext: str) -> bool:
     """Whether the page carries a disambiguation or set-index template (not in a comment)."""
     if _DISAMBIGUATION.search(wikitext) is None:
         return False
+    from mlm_pipeline.read.wikitext import strip_comments
+
     return _DISAMBIGUATION.search(strip_comments(wikitext)) is not None
 
 
@@ -913,6 +911,8 @@ def _article(
     if options.skip_disambiguation and is_disambiguation(page.text):
         stats.skip("disambiguation")
         return None
+    from mlm_pipeline.read.wikitext import clean_wikitext
+
     paragraphs = clean_wikitext(
         page.text,
         keep_headings=options.keep_headings,

@@ -10,7 +10,6 @@ Which blocks a byte range owns: see ``ranges.py``.
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Iterator
 
@@ -114,6 +113,8 @@ def _emit(
         return
     paragraphs, replaced = found
     if first_part and paragraphs and title is not None:
+        import html  # (here: detecting the format, which every run does, needs none)
+
         if paragraphs[0] == title or paragraphs[0] == html.unescape(title):
             del paragraphs[0]
     yield paragraphs, replaced
