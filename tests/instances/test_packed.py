@@ -191,3 +191,34 @@ def test_full_sentences_cut_where_the_loop_cut_on_a_stream_shaped_like_english()
     _, item_len, is_sep = token_stream(docs, SEP)
     for cross_documents in (True, False):
         _check_against_reference(item_len.tolist(), is_sep.tolist(), 126, cross_documents)
+
+
+from mlm_pipeline.instances.packed import stream_document_starts  # noqa: E402
+from mlm_pipeline.instances.single_segment import single_segment_batch  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=40), st.integers(2, 9), st.integers(1, 3), st.randoms())
+def test_rows_and_their_document_starts_in_shuffled_order_are_the_rows_taken_one_by_one(
+        sentence_lengths, cap, copies, random):
+    # documents of one to three sentences; rows as packed, then copies in a random order
+    doc_sentences, left = [], len(sentence_lengths)
+    while left:
+        doc_sentences.append(min(left, random.randint(1, 3)))
+        left -= doc_sentences[-1]
+    docs = TokenizedDocs(ids=np.arange(1000, 1000 + sum(sentence_lengths), dtype=np.int32),
+                         sentence_lengths=np.array(sentence_lengths), doc_sentences=np.array(doc_sentences))
+    stream, item_len, is_sep = token_stream(docs, SEP)
+    starts, lens = pack_full_sentences(item_len, is_sep, cap)
+    order = np.array([random.randrange(len(starts)) for _ in range(copies * len(starts))], np.int64)
+    batch = single_segment_batch(stream, starts[order], lens[order], cls_id=CLS, sep_id=SEP)
+    sep_positions = np.flatnonzero(stream == SEP)
+    document_starts, document_offsets = stream_document_starts(sep_positions, starts, lens, order)
+    for row, k in enumerate(order.tolist()):
+        body = stream[starts[k]:starts[k] + lens[k]].tolist()
+        if len(body) > 1 and body[-1] == SEP:
+            body.pop()
+        assert batch.row(row)["input_ids"] == [CLS, *body, SEP]
+        assert document_starts[document_offsets[row]:document_offsets[row + 1]].tolist() == [
+            0, *(i + 2 for i, t in enumerate(body) if t == SEP)]
+    assert batch.input_ids.dtype == np.int32 and not batch.segment_ids.any()

@@ -109,16 +109,21 @@ def _walk(nxt: np.ndarray) -> np.ndarray:
     return np.flatnonzero(on[:m])
 
 
-def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray]:
-    """Where each row's documents start, for rows ``[CLS] stream[start:start + len] [SEP]``.
+def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                           order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where each row's documents start, for rows ``[CLS] stream[start:start + len] [SEP]``
+    (given ``order``, the rows are ranges ``order`` of those).
 
     A row's first document starts at 0 (its ``[CLS]``); each separator inside the row (not its
     last token: a trailing separator is dropped) ends a document, and the next starts right
     after it, at row position ``separator - start + 2``. Returns (starts int32, offsets int64).
+    The separators are searched for the ranges in stream order, then taken in ``order``:
+    searching ascending starts costs a quarter of shuffled ones (a 4 MiB block: 1.08 -> 0.25 ms).
     """
     lo = np.searchsorted(sep_positions, starts, side="left")
     hi = np.searchsorted(sep_positions, starts + lens - 1, side="left")  # separators before the last token
+    if order is not None:
+        starts, lo, hi = starts[order], lo[order], hi[order]
     inner = hi - lo
     counts = inner + 1
     offsets = lengths_to_offsets(counts)
@@ -140,14 +145,13 @@ def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: 
         return InstanceBatch.empty(with_nsp=False)
     stream, item_len, is_sep = token_stream(docs, sep_id)
     starts, lens = pack_full_sentences(item_len, is_sep, max_seq_length - 2, cross_documents=cross_documents)
-    if rng is not None:
-        order = shuffled_copies(len(starts), copies, rng)
-        starts, lens = starts[order], lens[order]
-    batch = single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
+    order = shuffled_copies(len(starts), copies, rng) if rng is not None else None
+    row_starts, row_lens = (starts, lens) if order is None else (starts[order], lens[order])
+    batch = single_segment_batch(stream, row_starts, row_lens, cls_id=cls_id, sep_id=sep_id)
     sep_positions = lengths_to_offsets(item_len)[:-1][is_sep]
-    batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens)
+    batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens, order)
     if sources:
-        with_sources(batch, docs, starts, lens, separated=True)
+        with_sources(batch, docs, row_starts, row_lens, separated=True)
     return batch
 
 
