@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlm_pipeline.instances.base import TokenizedDocs
 from mlm_pipeline.instances.packed import build_packed_instances
+from mlm_pipeline.instances.single_segment import token_stream
 
 from instances.helpers import CLS, SEP, bodies, docs_of
 
@@ -106,3 +108,117 @@ def test_packing_settings_belong_to_packed_and_best_fit_is_not_doc_sentences():
         build_config({**base, "objective": "tokens", "packing": "best-fit", "dupe_factor": 1})
     with pytest.raises(ConfigError, match="--no-cross-document"):
         build_config({**base, "objective": "packed", "packing": "best-fit", "cross_document": False})
+
+
+# -- the packing against the item-by-item loop it replaced ----------------------------------------
+
+import pytest  # noqa: E402
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from mlm_pipeline.instances import packed  # noqa: E402
+from mlm_pipeline.instances.packed import pack_full_sentences  # noqa: E402
+
+
+def _reference_pack(item_len, is_sep, cap, *, cross_documents=True):
+    """FULL-SENTENCES as the loop it was, one step per item: the definition the search keeps."""
+    starts, lens = [], []
+    pos = cur_start = cur_len = 0
+    for length, sep in zip(item_len, is_sep):
+        if sep:
+            if cur_len == 0 or cur_len + 1 > cap or not cross_documents:
+                if cur_len:
+                    starts.append(cur_start)
+                    lens.append(cur_len)
+                cur_len = 0
+                pos += 1
+                cur_start = pos
+                continue
+            cur_len += 1
+            pos += 1
+            continue
+        if cur_len + length > cap:
+            if cur_len:
+                starts.append(cur_start)
+                lens.append(cur_len)
+            cur_start, cur_len = pos, 0
+            while length > cap:
+                starts.append(pos)
+                lens.append(cap)
+                pos += cap
+                length -= cap
+            cur_start = pos
+        cur_len += length
+        pos += length
+    if cur_len:
+        starts.append(cur_start)
+        lens.append(cur_len)
+    return starts, lens
+
+
+def _check_against_reference(item_len, is_sep, cap, cross_documents):
+    starts, lens = pack_full_sentences(np.array(item_len, np.int64), np.array(is_sep, bool), cap,
+                                       cross_documents=cross_documents)
+    assert starts.dtype == lens.dtype == np.int64
+    assert (starts.tolist(), lens.tolist()) == _reference_pack(item_len, is_sep, cap, cross_documents=cross_documents)
+
+
+# an item: a separator (length 1), or a sentence of 0 to 3 rows' worth (0: none is made, but the loop allows it)
+_ITEMS = st.lists(st.one_of(st.just((1, True)), st.tuples(st.integers(0, 40), st.just(False))), max_size=60)
+
+
+@pytest.mark.parametrize("lockstep", [1, packed._LOCKSTEP])  # 1: every walk between sure openers in numpy
+def test_full_sentences_cut_where_the_item_by_item_loop_cut(lockstep):
+    @settings(max_examples=500, deadline=None)
+    @given(_ITEMS, st.integers(1, 14), st.booleans())
+    def check(items, cap, cross_documents):
+        _check_against_reference([n for n, _ in items], [s for _, s in items], cap, cross_documents)
+
+    default, packed._LOCKSTEP = packed._LOCKSTEP, lockstep
+    try:
+        check()
+    finally:
+        packed._LOCKSTEP = default
+
+
+def test_full_sentences_cut_where_the_loop_cut_on_a_stream_shaped_like_english():
+    # sentences of ~25 tokens, some longer than a row, documents of ~1.5 sentences; the rows' cap
+    rng = np.random.default_rng(7)
+    doc_sentences = rng.geometric(1 / 1.5, 40_000)
+    sentence_lengths = np.maximum(1, rng.gamma(2.0, 12.5, int(doc_sentences.sum())).round().astype(np.int64))
+    sentence_lengths[rng.integers(0, len(sentence_lengths), 400)] = rng.integers(127, 600, 400)
+    docs = TokenizedDocs(ids=np.zeros(int(sentence_lengths.sum()), np.int32), sentence_lengths=sentence_lengths,
+                         doc_sentences=doc_sentences)
+    _, item_len, is_sep = token_stream(docs, SEP)
+    for cross_documents in (True, False):
+        _check_against_reference(item_len.tolist(), is_sep.tolist(), 126, cross_documents)
+
+
+from mlm_pipeline.instances.packed import stream_document_starts  # noqa: E402
+from mlm_pipeline.instances.single_segment import single_segment_batch  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=40), st.integers(2, 9), st.integers(1, 3), st.randoms())
+def test_rows_and_their_document_starts_in_shuffled_order_are_the_rows_taken_one_by_one(
+        sentence_lengths, cap, copies, random):
+    # documents of one to three sentences; rows as packed, then copies in a random order
+    doc_sentences, left = [], len(sentence_lengths)
+    while left:
+        doc_sentences.append(min(left, random.randint(1, 3)))
+        left -= doc_sentences[-1]
+    docs = TokenizedDocs(ids=np.arange(1000, 1000 + sum(sentence_lengths), dtype=np.int32),
+                         sentence_lengths=np.array(sentence_lengths), doc_sentences=np.array(doc_sentences))
+    stream, item_len, is_sep = token_stream(docs, SEP)
+    starts, lens = pack_full_sentences(item_len, is_sep, cap)
+    order = np.array([random.randrange(len(starts)) for _ in range(copies * len(starts))], np.int64)
+    batch = single_segment_batch(stream, starts[order], lens[order], cls_id=CLS, sep_id=SEP)
+    sep_positions = np.flatnonzero(stream == SEP)
+    document_starts, document_offsets = stream_document_starts(sep_positions, starts, lens, order)
+    for row, k in enumerate(order.tolist()):
+        body = stream[starts[k]:starts[k] + lens[k]].tolist()
+        if len(body) > 1 and body[-1] == SEP:
+            body.pop()
+        assert batch.row(row)["input_ids"] == [CLS, *body, SEP]
+        assert document_starts[document_offsets[row]:document_offsets[row + 1]].tolist() == [
+            0, *(i + 2 for i, t in enumerate(body) if t == SEP)]
+    assert batch.input_ids.dtype == np.int32 and not batch.segment_ids.any()

@@ -33,60 +33,97 @@ PACKINGS = ("sentences", "best-fit")
 
 
 def pack_full_sentences(item_len: np.ndarray, is_sep: np.ndarray, cap: int, *,
-                        cross_documents: bool = True) -> tuple[list[int], list[int]]:
-    """Greedy FULL-SENTENCES boundaries as (start, length) ranges of the stream.
+                        cross_documents: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy FULL-SENTENCES boundaries as (start, length) ranges of the stream (int64).
 
-    One loop step per sentence (never per token); a separator never starts an instance. Without
-    ``cross_documents`` (DOC-SENTENCES) every separator ends the instance it would have joined.
+    An instance takes whole items (sentences, and separators of length 1) while they fit in
+    ``cap``; a separator never starts one, nor joins one without ``cross_documents``
+    (DOC-SENTENCES: it ends the instance); a trailing separator stays in the range (dropped when
+    gathered). A sentence longer than ``cap`` is cut into full ``cap`` pieces, its remainder
+    opening the next instance. An empty sentence changes nothing.
+
+    Where the instance each sentence would open ends is one search of the items' end positions
+    for all of them; which sentences do open one is a walk from each to the next (:func:`_walk`),
+    mostly in numpy. It replaced a Python loop of one step per item: 0.030 -> 0.011 s for 391k
+    items of English-like sentences (25 tokens on average) at cap 126, 0.043 -> 0.014 s for
+    WikiText-2's lines ten times over (RoBERTa's BPE, 98 tokens on average).
     """
-    starts: list[int] = []
-    lens: list[int] = []
-    pos = 0  # stream position of the current item
-    cur_start = 0
-    cur_len = 0
-    for length, sep in zip(item_len.tolist(), is_sep.tolist()):
-        if sep:
-            if cur_len == 0 or cur_len + 1 > cap or not cross_documents:
-                if cur_len:
-                    starts.append(cur_start)
-                    lens.append(cur_len)
-                cur_len = 0
-                pos += 1
-                cur_start = pos
-                continue
-            cur_len += 1
-            pos += 1
-            continue
-        if cur_len + length > cap:
-            if cur_len:
-                # a trailing separator is dropped when the instance is gathered
-                starts.append(cur_start)
-                lens.append(cur_len)
-            cur_start, cur_len = pos, 0
-            while length > cap:  # an over-long sentence: full-length pieces
-                starts.append(pos)
-                lens.append(cap)
-                pos += cap
-                length -= cap
-            cur_start = pos
-        cur_len += length
-        pos += length
-    if cur_len:
-        starts.append(cur_start)
-        lens.append(cur_len)
-    return starts, lens
+    item_len = np.asarray(item_len, np.int64)
+    is_sep = np.asarray(is_sep, bool)
+    ends = np.cumsum(item_len)
+    can_open = ~is_sep & (item_len > 0)
+    opens = np.flatnonzero(can_open)  # the items that can open an instance
+    if len(opens) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    start = ends[opens] - item_len[opens]  # of the instance each opens: past an over-long one's pieces
+    long = np.flatnonzero(item_len[opens] > cap)
+    start[long] += (item_len[opens[long]] - 1) // cap * cap
+    stop = np.searchsorted(ends, start + cap, side="right")  # one past the last item that fits
+    if not cross_documents:  # ... and not past the next separator
+        sep_at = np.append(np.flatnonzero(is_sep), len(item_len))
+        np.minimum(stop, sep_at[np.cumsum(is_sep)[opens]], out=stop)
+    opens_before = np.zeros(len(item_len) + 1, np.int64)
+    np.cumsum(can_open, out=opens_before[1:])
+    nxt = opens_before[stop]  # (in ``opens``) the item opening the next instance, len(opens) past the end
+    chain = _walk(nxt)
+    starts, stops = start[chain], ends[stop[chain] - 1]
+    pieces = (item_len[opens[chain]] - 1) // cap
+    if not pieces.any():
+        return starts, stops - starts
+    per_item = pieces + 1  # an over-long sentence's pieces, then its remainder's instance
+    k = np.arange(int(per_item.sum())) - np.repeat(lengths_to_offsets(per_item)[:-1], per_item)
+    out_starts = np.repeat(starts - pieces * cap, per_item) + k * cap
+    out_lens = np.full(len(out_starts), cap, np.int64)
+    out_lens[np.cumsum(per_item) - 1] = stops - starts
+    return out_starts, out_lens
 
 
-def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray]:
-    """Where each row's documents start, for rows ``[CLS] stream[start:start + len] [SEP]``.
+_LOCKSTEP = 128
+"""Gaps walked together as long as this many are left: a numpy step costs about what 100 Python steps do."""
+
+
+def _walk(nxt: np.ndarray) -> np.ndarray:
+    """The openers of the instances (indexes into ``nxt``): ``nxt`` followed from the first.
+
+    ``nxt`` never decreases, so an opener that its predecessor's instance does not reach past
+    (``nxt[j - 1] == j``) is on the chain whatever came before it: no jump from an earlier
+    opener lands beyond it. Those (without ``cross_documents`` every document's first, and any
+    sentence after one that fills most of a row) are taken at once; the gaps between them are
+    walked a step at a time, all together in numpy while many are left, the rest in Python.
+    """
+    m = len(nxt)
+    on = np.empty(m + 1, bool)
+    on[0] = on[m] = True
+    np.equal(nxt[:-1], np.arange(1, m), out=on[1:m])
+    walkers = nxt[np.flatnonzero(on[:m] & ~on[nxt])]  # one a gap between two sure openers
+    while len(walkers := walkers[~on[walkers]]) >= _LOCKSTEP:  # walk them all a step at a time
+        on[walkers] = True
+        walkers = nxt[walkers]
+    between = []  # the few left, in Python
+    step, sure = memoryview(nxt), memoryview(on)  # (indexing them gives Python values, no list of all)
+    for j in walkers.tolist():
+        while not sure[j]:
+            between.append(j)
+            j = step[j]
+    on[between] = True
+    return np.flatnonzero(on[:m])
+
+
+def stream_document_starts(sep_positions: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                           order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where each row's documents start, for rows ``[CLS] stream[start:start + len] [SEP]``
+    (given ``order``, the rows are ranges ``order`` of those).
 
     A row's first document starts at 0 (its ``[CLS]``); each separator inside the row (not its
     last token: a trailing separator is dropped) ends a document, and the next starts right
     after it, at row position ``separator - start + 2``. Returns (starts int32, offsets int64).
+    The separators are searched for the ranges in stream order, then taken in ``order``:
+    searching ascending starts costs a quarter of shuffled ones (a 4 MiB block: 1.08 -> 0.25 ms).
     """
     lo = np.searchsorted(sep_positions, starts, side="left")
     hi = np.searchsorted(sep_positions, starts + lens - 1, side="left")  # separators before the last token
+    if order is not None:
+        starts, lo, hi = starts[order], lo[order], hi[order]
     inner = hi - lo
     counts = inner + 1
     offsets = lengths_to_offsets(counts)
@@ -108,15 +145,13 @@ def build_packed_instances(docs: TokenizedDocs, *, max_seq_length: int, cls_id: 
         return InstanceBatch.empty(with_nsp=False)
     stream, item_len, is_sep = token_stream(docs, sep_id)
     starts, lens = pack_full_sentences(item_len, is_sep, max_seq_length - 2, cross_documents=cross_documents)
-    starts, lens = np.asarray(starts, np.int64), np.asarray(lens, np.int64)
-    if rng is not None:
-        order = shuffled_copies(len(starts), copies, rng)
-        starts, lens = starts[order], lens[order]
-    batch = single_segment_batch(stream, starts, lens, cls_id=cls_id, sep_id=sep_id)
+    order = shuffled_copies(len(starts), copies, rng) if rng is not None else None
+    row_starts, row_lens = (starts, lens) if order is None else (starts[order], lens[order])
+    batch = single_segment_batch(stream, row_starts, row_lens, cls_id=cls_id, sep_id=sep_id)
     sep_positions = lengths_to_offsets(item_len)[:-1][is_sep]
-    batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens)
+    batch.document_starts, batch.document_offsets = stream_document_starts(sep_positions, starts, lens, order)
     if sources:
-        with_sources(batch, docs, starts, lens, separated=True)
+        with_sources(batch, docs, row_starts, row_lens, separated=True)
     return batch
 
 

