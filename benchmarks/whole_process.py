@@ -14,8 +14,9 @@ each process pinned to one core.
 
 The raw script is the baseline every figure of the project is given against: HF ``tokenizers``
 (the same tokenizer: a WordPiece vocab.txt as ``BertWordPieceTokenizer``, a tokenizer.json as
-it is), one thread, ``encode_batch_fast`` over the stripped non-blank lines in batches of 10,000,
-only ``len(encoding)`` read back. ``--baselines`` adds the same script with ``encode_batch``
+it is), one thread, ``encode_batch_fast`` of its ``Tokenizer`` over the stripped non-blank lines
+in batches of 10,000, only ``len(encoding)`` read back. (Before 2026-11-29 a WordPiece vocab.txt
+got ``encode_batch``: the wrapper has no ``encode_batch_fast``, and the script took what it had.) ``--baselines`` adds the same script with ``encode_batch``
 (``raw_encode_batch``: the call most scripts make, which also computes character offsets, so it
 is slower), run in the same alternating rounds, its ratios reported beside the first. ``prepare`` gets ``--workers 1`` and otherwise its defaults
 (NSP, static masking, TFRecord, sequence length 128), with ``--dupe-factor``/``--objective``/
@@ -43,7 +44,8 @@ from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 path, vocab, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 tok = Tokenizer.from_file(vocab) if vocab.endswith(".json") else BertWordPieceTokenizer(vocab, lowercase=True)
-encode = getattr(tok, sys.argv[4], None) or tok.encode_batch  # (encode_batch_fast: tokenizers >= 0.21)
+# the call named, on the Tokenizer itself (HF's BertWordPieceTokenizer wrapper has no encode_batch_fast)
+encode = getattr(getattr(tok, "_tokenizer", tok), sys.argv[4])
 lines, tokens = [], 0
 with open(path, encoding="utf-8") as f:
     for line in f:
