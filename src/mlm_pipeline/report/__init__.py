@@ -10,8 +10,13 @@
 :mod:`.html` before :func:`write_report` is asked for (``prepare`` prints text only).
 """
 
+from typing import TYPE_CHECKING
+
 from mlm_pipeline.report.data import report_data
 from mlm_pipeline.report.text import render_plan, render_report, render_summary
+
+if TYPE_CHECKING:  # (what the API reference and type checkers see; imported on first use below)
+    from mlm_pipeline.report.html import write_report
 
 __all__ = ["render_plan", "render_report", "render_summary", "report_data", "write_report"]
 
