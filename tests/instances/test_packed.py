@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
 
+from mlm_pipeline.instances import packed
 from mlm_pipeline.instances.base import TokenizedDocs
-from mlm_pipeline.instances.packed import build_packed_instances
-from mlm_pipeline.instances.single_segment import token_stream
+from mlm_pipeline.instances.packed import (best_fit_rows, build_best_fit_instances, build_packed_instances,
+                                          pack_full_sentences, stream_document_starts)
+from mlm_pipeline.instances.single_segment import single_segment_batch, token_stream
 
 from instances.helpers import CLS, SEP, bodies, docs_of
 
@@ -33,10 +37,7 @@ def test_a_sentence_never_splits_unless_longer_than_an_instance():
     assert flat == list(range(1000, 1025))  # every token once, in order
 
 
-
 # -- where each row's documents start ------------------------------------------------------------
-
-from mlm_pipeline.instances.packed import best_fit_rows, build_best_fit_instances  # noqa: E402
 
 
 def _documents(batch, i):
@@ -95,8 +96,6 @@ def test_best_fit_packs_whole_documents_each_cls_to_sep_and_splits_long_ones():
 
 
 def test_packing_settings_belong_to_packed_and_best_fit_is_not_doc_sentences():
-    import pytest
-
     from mlm_pipeline.config import build_config
     from mlm_pipeline.errors import ConfigError
 
@@ -111,12 +110,6 @@ def test_packing_settings_belong_to_packed_and_best_fit_is_not_doc_sentences():
 
 
 # -- the packing against the item-by-item loop it replaced ----------------------------------------
-
-import pytest  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from mlm_pipeline.instances import packed  # noqa: E402
-from mlm_pipeline.instances.packed import pack_full_sentences  # noqa: E402
 
 
 def _reference_pack(item_len, is_sep, cap, *, cross_documents=True):
@@ -191,10 +184,6 @@ def test_full_sentences_cut_where_the_loop_cut_on_a_stream_shaped_like_english()
     _, item_len, is_sep = token_stream(docs, SEP)
     for cross_documents in (True, False):
         _check_against_reference(item_len.tolist(), is_sep.tolist(), 126, cross_documents)
-
-
-from mlm_pipeline.instances.packed import stream_document_starts  # noqa: E402
-from mlm_pipeline.instances.single_segment import single_segment_batch  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)
