@@ -144,9 +144,9 @@ def open_head(url: str, nbytes: int, *, size: int | None = None):
     corpus of 100,000 files would fetch terabytes. A known ``size`` (from the listing) also spares
     the request for the object's metadata.
     """
-    fs, path = get_fs(url)
     if is_local(url):
         return open_url(url)
+    fs, path = get_fs(url)
     options: dict = {"block_size": max(1, nbytes), "cache_type": "first"}
     if size is not None:
         options["size"] = size

@@ -36,14 +36,7 @@ class ReadStats:
     def count_document(self, sentences: list[str], replaced: bool) -> bool:
         """Count a document a reader gives out; False (and a skip, ``empty``) when it has no
         sentence, which the reader then drops."""
-        if not sentences:
-            self.skip("empty")
-            return False
-        self.documents_read += 1
-        self.sentences += len(sentences)
-        if replaced:
-            self.documents_with_replaced_bytes += 1
-        return True
+        return bool(self.count_documents([sentences], replaced))
 
     def count_documents(self, documents: list[list[str]], replaced: bool) -> list[list[str]]:
         """:meth:`count_document` for many at once: the documents that have a sentence."""

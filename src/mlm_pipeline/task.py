@@ -39,20 +39,22 @@ from mlm_pipeline.formats.sink import open_sink
 ProgressFn = Callable[[dict], None]
 
 
-def text_bytes(sentences: list[str]) -> int:
-    """UTF-8 size of the sentences, what ``block_bytes`` counts: an ASCII text's size is its
-    length (``isascii`` is a flag check in CPython); other texts are encoded once (lone
-    surrogates, which JSON escapes can produce, count their 3 bytes instead of failing)."""
-    text = "".join(sentences)
+def utf8_size(text: str) -> int:
+    """A text's UTF-8 size, what ``block_bytes`` counts: an ASCII text's size is its length
+    (``isascii`` is a flag check in CPython); another is encoded once (lone surrogates, which JSON
+    escapes can produce, count their 3 bytes instead of failing)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def text_bytes(sentences: list[str]) -> int:
+    """UTF-8 size of the sentences (:func:`utf8_size`)."""
+    return utf8_size("".join(sentences))
 
 
 def documents_bytes(documents: list[list[str]]) -> list[int]:
     """:func:`text_bytes` of each document, in bulk (the C loops of ``map``)."""
     texts = list(map("".join, documents))
-    if all(map(str.isascii, texts)):
-        return list(map(len, texts))
-    return [len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts]
+    return list(map(len, texts)) if all(map(str.isascii, texts)) else list(map(utf8_size, texts))
 
 
 def tokenize_documents(

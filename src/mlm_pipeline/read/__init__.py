@@ -6,8 +6,8 @@ auto-detection (the first format that claims a file wins).
 
 Reading contract (every format): ``iter_documents(piece, options, stats)`` yields the documents
 a ``Piece`` owns, each a non-empty list of non-empty sentence strings; over the pieces of a file,
-every document exactly once (``iter_document_runs``: the same, a list of documents at a time). What cannot be used is counted in ``stats.documents_skipped`` by
-reason, never dropped silently.
+every document exactly once (``iter_document_runs``: the same, a list of documents at a time).
+What cannot be used is counted in ``stats.documents_skipped`` by reason, never dropped silently.
 """
 
 from mlm_pipeline.read.base import (
